@@ -1,0 +1,12 @@
+// Each kvq subcommand lives in its own cmd_<name>.cc and registers itself on the CLI app through
+// one of these functions (called explicitly from main.cc, in the order --help lists them).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvq::cli {
+
+void register_convert(CLI::App& app);
+void register_inspect(CLI::App& app);
+
+}  // namespace kvq::cli

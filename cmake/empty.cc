@@ -1,0 +1,2 @@
+// Placeholder so that a library folder without sources still builds.
+namespace kvq { void kvq_empty_translation_unit() {} }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvq needs (only those missing), then configures and builds.
+# Idempotent: a second run only rebuilds what changed.
+#   scripts/setup.sh            release build in build/
+#   scripts/setup.sh asan       ASan+UBSan debug build in build-asan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${1:-release}"
+
+packages=(build-essential cmake ninja-build pkg-config git python3 python3-pip unzip
+  nlohmann-json3-dev libopenblas-openmp-dev libcli11-dev libfmt-dev libpcre2-dev
+  libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libpng-dev zlib1g-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs="$(nproc)"
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$jobs"

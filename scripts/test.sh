@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test from nothing: installs packages, builds (release and ASan+UBSan), fetches the
+# default model, then runs ctest: all labels in the release build, unit+golden under sanitizers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh release
+scripts/fetch-model.sh
+export KVQ_REQUIRE_MODEL=1
+jobs="$(nproc)"
+ctest --preset release -j "$jobs"
+if [ "${KVQ_SKIP_ASAN:-0}" != "1" ]; then
+  scripts/setup.sh asan
+  ctest --preset asan -j "$jobs"
+fi
