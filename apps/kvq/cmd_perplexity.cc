@@ -1,0 +1,104 @@
+// kvq perplexity: perplexity of a model on a text file (Hugging Face windowing, see
+// src/kvq/eval/perplexity.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "kvq/core/error.h"
+#include "kvq/core/log.h"
+#include "kvq/eval/model_source.h"
+#include "kvq/eval/perplexity.h"
+
+namespace kvq::cli {
+namespace {
+
+struct PerplexityArgs {
+  std::string model_dir, text_file, kv_cache = "f32";
+  std::int64_t ctx = 2048, stride = 0, max_windows = 0, batch = 1;
+  bool json = false;
+};
+
+void run_perplexity(const PerplexityArgs& a) {
+  eval::PerplexityOptions opt;
+  opt.ctx = a.ctx;
+  opt.stride = a.stride == 0 ? a.ctx : a.stride;
+  opt.max_windows = a.max_windows;
+  opt.batch = a.batch;
+  opt.kv_storage = eval::parse_kv_cache_spec(a.kv_cache).storage;
+  eval::plan_windows(2, opt.ctx, opt.stride, opt.max_windows);  // flag checks before loading
+  if (opt.batch < 1) fail<InvalidArgument>("--batch must be >= 1, got {}", opt.batch);
+
+  const std::string text = eval::read_file_bytes(a.text_file);
+  eval::ModelSource src = eval::open_model_source(a.model_dir);
+  if (opt.ctx > src.model->config().max_position_embeddings) {
+    log::warn("--ctx {} exceeds the model's max_position_embeddings {}", opt.ctx,
+              src.model->config().max_position_embeddings);
+  }
+  log::info("tokenizing {} ({} bytes)", a.text_file, text.size());
+  const std::vector<std::int32_t> ids = src.tokenizer->encode(text, /*add_special_tokens=*/false);
+  if (ids.size() < 2) {
+    fail<InvalidArgument>("{}: {} tokens; perplexity needs at least 2", a.text_file, ids.size());
+  }
+  const eval::PerplexityResult r = eval::perplexity(*src.model, ids, opt);
+
+  if (a.json) {
+    nlohmann::json j;
+    j["model"] = a.model_dir;
+    j["text"] = a.text_file;
+    j["text_tokens"] = ids.size();
+    j["ctx"] = opt.ctx;
+    j["stride"] = opt.stride;
+    j["kv_cache"] = a.kv_cache;
+    j["ppl"] = r.ppl;
+    j["nll"] = r.nll_mean;
+    j["nll_sum"] = r.nll_sum;
+    j["tokens_scored"] = r.tokens_scored;
+    j["tokens_evaluated"] = r.tokens_evaluated;
+    j["windows"] = r.windows;
+    j["seconds"] = r.seconds;
+    j["tokens_per_second"] = r.tokens_per_second;
+    j["window_nll_sum"] = r.window_nll_sum;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s\n",
+                fmt::format("PPL {:.4f}  (mean NLL {:.6f} nats over {} scored tokens; {} windows "
+                            "of ctx {}, stride {}; {:.1f} s, {:.0f} tok/s)",
+                            r.ppl, r.nll_mean, r.tokens_scored, r.windows, opt.ctx, opt.stride,
+                            r.seconds, r.tokens_per_second)
+                    .c_str());
+  }
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& app) {
+  auto a = std::make_shared<PerplexityArgs>();
+  auto* cmd = app.add_subcommand(
+      "perplexity",
+      "Perplexity on a text file. The file is read as raw bytes (CRLF kept) and tokenized once\n"
+      "without special tokens. Window i feeds tokens [i*stride, i*stride + ctx) from a fresh\n"
+      "cache. stride == ctx (default): disjoint windows, each scoring its ctx-1 predicted tokens.\n"
+      "stride < ctx (Hugging Face strided): the first window scores ctx-1 tokens, every later\n"
+      "window only its last `stride` targets. The last window is the first reaching the end of\n"
+      "the text. PPL = exp(sum NLL / scored tokens), log-softmax in float64.");
+  cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--text", a->text_file, "UTF-8 text file (e.g. wikitext-2-raw wiki.test.raw)")
+      ->required();
+  cmd->add_option("--ctx", a->ctx, "Window length in tokens")->capture_default_str();
+  cmd->add_option("--stride", a->stride, "Window start step in tokens (0 = ctx)")
+      ->capture_default_str();
+  cmd->add_option("--max-windows", a->max_windows, "Evaluate only the first N windows (0 = all)")
+      ->capture_default_str();
+  cmd->add_option("--batch", a->batch, "Windows of equal length evaluated per forward")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache", a->kv_cache, "KV cache format (f32, bf16, f16)")
+      ->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print the result as JSON");
+  cmd->callback([a] { run_perplexity(*a); });
+}
+
+}  // namespace kvq::cli

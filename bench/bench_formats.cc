@@ -1,0 +1,100 @@
+// KV row codecs (kvq/quant/formats.h): dequantize_row, dot_row and axpy_row per storage format,
+// dispatched (AVX-512 here) and scalar reference, over head_dim-64 rows. Two working sets:
+// 256 rows (L1/L2-resident: the kernel's own speed) and 2^18 rows (far beyond the caches: what
+// a long-context decode sees). bytes_per_second counts the PACKED bytes read, so formats compare
+// by how fast they turn cache bytes into attention work; items_per_second counts values.
+// Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for min / median.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kvq/quant/formats.h"
+
+namespace {
+
+using kvq::quant::KvFormat;
+
+constexpr std::int64_t kHeadDim = 64;
+
+struct Rows {
+  std::vector<std::byte> bytes;
+  std::size_t row_bytes = 0;
+  std::int64_t count = 0;
+};
+
+Rows make_rows(KvFormat f, std::int64_t count) {
+  Rows r;
+  r.row_bytes = kvq::quant::kv_row_bytes(f, kHeadDim);
+  r.count = count;
+  r.bytes.resize(r.row_bytes * static_cast<std::size_t>(count));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(kHeadDim);
+  for (std::int64_t t = 0; t < count; ++t) {
+    for (float& v : x) v = dist(rng);
+    kvq::quant::quantize_row(f, x.data(), kHeadDim, 0.05f, 0.0f, 500.0f,
+                             r.bytes.data() + t * r.row_bytes);
+  }
+  return r;
+}
+
+enum class Op { kDequantize, kDot, kAxpy };
+
+template <Op kOp, bool kReference>
+void BM_Row(benchmark::State& state) {
+  const auto f = static_cast<KvFormat>(state.range(0));
+  const Rows rows = make_rows(f, state.range(1));
+  std::vector<float> q(kHeadDim, 0.5f), out(kHeadDim, 0.0f);
+  float sink = 0.0f;
+  for (auto _ : state) {
+    for (std::int64_t t = 0; t < rows.count; ++t) {
+      const std::byte* row = rows.bytes.data() + t * rows.row_bytes;
+      if constexpr (kOp == Op::kDequantize) {
+        if constexpr (kReference)
+          kvq::quant::ref::dequantize_row(f, row, kHeadDim, 0.05f, 0.0f, 500.0f, out.data());
+        else
+          kvq::quant::dequantize_row(f, row, kHeadDim, 0.05f, 0.0f, 500.0f, out.data());
+        benchmark::DoNotOptimize(out.data());
+      } else if constexpr (kOp == Op::kDot) {
+        if constexpr (kReference)
+          sink += kvq::quant::ref::dot_row(f, q.data(), row, kHeadDim, 0.0f);
+        else
+          sink += kvq::quant::dot_row(f, q.data(), row, kHeadDim, 0.0f);
+      } else {
+        if constexpr (kReference)
+          kvq::quant::ref::axpy_row(f, 1e-3f, row, kHeadDim, 0.0f, out.data());
+        else
+          kvq::quant::axpy_row(f, 1e-3f, row, kHeadDim, 0.0f, out.data());
+        benchmark::DoNotOptimize(out.data());
+      }
+    }
+    benchmark::ClobberMemory();
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(rows.bytes.size()));
+  state.SetItemsProcessed(state.iterations() * rows.count * kHeadDim);
+  state.SetLabel(std::string(kvq::quant::kv_format_name(f)) + " " +
+                 std::string(kReference ? "scalar" : kvq::quant::kv_format_isa()));
+}
+
+void formats(benchmark::internal::Benchmark* b) {
+  for (int f = 0; f < static_cast<int>(kvq::quant::kv_format_table().size()); ++f)
+    for (std::int64_t rows : {256, 1 << 18}) b->Args({f, rows});
+}
+
+void formats_small(benchmark::internal::Benchmark* b) {
+  for (int f = 0; f < static_cast<int>(kvq::quant::kv_format_table().size()); ++f)
+    b->Args({f, 256});
+}
+
+BENCHMARK(BM_Row<Op::kDequantize, false>)->Apply(formats);
+BENCHMARK(BM_Row<Op::kDot, false>)->Apply(formats);
+BENCHMARK(BM_Row<Op::kAxpy, false>)->Apply(formats_small);
+BENCHMARK(BM_Row<Op::kDequantize, true>)->Apply(formats_small);
+BENCHMARK(BM_Row<Op::kDot, true>)->Apply(formats_small);
+
+}  // namespace
+
+BENCHMARK_MAIN();

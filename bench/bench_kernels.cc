@@ -1,0 +1,171 @@
+// Kernel and engine micro-benchmarks (report, never assert):
+//   BM_Sgemm            OpenBLAS sgemm GFLOP/s (prefill-shaped: x [512, k] · Wᵀ)
+//   BM_Gemv             decode GEMV, GB/s of weights read
+//   BM_DecodeAttention  one decode step of SmolLM2-shaped attention (9 heads, 3 KV heads,
+//                       head_dim 64) over an fp32 cache, GB/s of K+V read, contexts 512..16K
+//   BM_ModelPrefill512 / BM_ModelDecode128: the whole forward on a random-weight model with the
+//                       default model's shapes; GFLOP/s of the weight matmuls / GB/s of weights.
+// Use --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for min/median/mean.
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "kvq/kernels/cpu/attention.h"
+#include "kvq/kernels/cpu/linear.h"
+#include "kvq/model/llama_model.h"
+
+namespace {
+
+std::vector<float> random_vector(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void BM_Sgemm(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const auto x = random_vector(static_cast<std::size_t>(m * k), 1);
+  const auto w = random_vector(static_cast<std::size_t>(n * k), 2);
+  std::vector<float> y(static_cast<std::size_t>(m * n));
+  for (auto _ : state) {
+    kvq::kernels::sgemm_xwt(x.data(), w.data(), y.data(), m, n, k);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) * 1e-9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Sgemm)
+    ->Args({512, 576, 576})
+    ->Args({512, 1536, 576})
+    ->Args({512, 576, 1536})
+    ->Args({1024, 1024, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_Gemv(benchmark::State& state) {
+  const std::int64_t n = state.range(0), k = state.range(1);
+  // Enough copies of the matrix to exceed the caches, cycled, so the numbers are DRAM numbers.
+  const std::int64_t copies = std::max<std::int64_t>(1, (256ll << 20) / (n * k * 4));
+  const auto w = random_vector(static_cast<std::size_t>(copies * n * k), 3);
+  const auto x = random_vector(static_cast<std::size_t>(k), 4);
+  std::vector<float> y(static_cast<std::size_t>(n));
+  std::int64_t i = 0;
+  for (auto _ : state) {
+    kvq::kernels::gemv(w.data() + (i++ % copies) * n * k, x.data(), y.data(), n, k);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * k * 4);
+  state.counters["isa"] = static_cast<double>(kvq::kernels::detected_isa());
+}
+BENCHMARK(BM_Gemv)
+    ->Args({576, 576})
+    ->Args({1536, 576})
+    ->Args({576, 1536})
+    ->Args({49152, 576})
+    ->UseRealTime();
+
+void BM_DecodeAttention(benchmark::State& state) {
+  const std::int64_t ctx = state.range(0), kvh = 3, heads = 9, d = 64;
+  const auto k = random_vector(static_cast<std::size_t>(kvh * ctx * d), 5);
+  const auto v = random_vector(static_cast<std::size_t>(kvh * ctx * d), 6);
+  const auto q = random_vector(static_cast<std::size_t>(heads * d), 7);
+  std::vector<float> out(static_cast<std::size_t>(heads * d));
+  std::vector<kvq::kernels::KvRowsView> kv(kvh), vv(kvh);
+  for (std::int64_t h = 0; h < kvh; ++h) {
+    kv[h] = {kvq::kernels::KvStorage::kF32,
+             reinterpret_cast<const std::byte*>(k.data() + h * ctx * d), d * 4, d, 1.0f};
+    vv[h] = {kvq::kernels::KvStorage::kF32,
+             reinterpret_cast<const std::byte*>(v.data() + h * ctx * d), d * 4, d, 1.0f};
+  }
+  kvq::kernels::AttentionParams p{heads, kvh, d, 1, ctx - 1, 0.125f};
+  for (auto _ : state) {
+    kvq::kernels::attention(p, q.data(), kv.data(), vv.data(), out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kvh * ctx * d * 4);
+}
+BENCHMARK(BM_DecodeAttention)->RangeMultiplier(2)->Range(512, 16384)->UseRealTime();
+
+// A random model with SmolLM2-135M's shapes (30 layers, hidden 576, 9/3 heads, vocab 49152).
+kvq::model::LlamaModel& smollm_shaped() {
+  static std::unique_ptr<kvq::model::LlamaModel> model = [] {
+    kvq::io::ModelConfig c;
+    c.hidden_size = 576;
+    c.intermediate_size = 1536;
+    c.num_hidden_layers = 30;
+    c.num_attention_heads = 9;
+    c.num_key_value_heads = 3;
+    c.head_dim = 64;
+    c.vocab_size = 49152;
+    c.rope_theta = 100000.0;
+    c.rms_norm_eps = 1e-5;
+    c.tie_word_embeddings = true;
+    std::map<std::string, kvq::Tensor> w;
+    std::uint64_t seed = 10;
+    auto add = [&](const std::string& name, kvq::Shape shape) {
+      const auto v = random_vector(static_cast<std::size_t>(kvq::shape_numel(shape)), seed++);
+      w.emplace(name, kvq::Tensor::from_f32(shape, v));
+    };
+    add("model.embed_tokens.weight", {49152, 576});
+    add("model.norm.weight", {576});
+    for (int l = 0; l < 30; ++l) {
+      const std::string p = "model.layers." + std::to_string(l);
+      add(p + ".self_attn.q_proj.weight", {576, 576});
+      add(p + ".self_attn.k_proj.weight", {192, 576});
+      add(p + ".self_attn.v_proj.weight", {192, 576});
+      add(p + ".self_attn.o_proj.weight", {576, 576});
+      add(p + ".mlp.gate_proj.weight", {1536, 576});
+      add(p + ".mlp.up_proj.weight", {1536, 576});
+      add(p + ".mlp.down_proj.weight", {576, 1536});
+      add(p + ".input_layernorm.weight", {576});
+      add(p + ".post_attention_layernorm.weight", {576});
+    }
+    return kvq::model::LlamaModel::from_weights(c, w, "bench");
+  }();
+  return *model;
+}
+
+// Weight parameters touched per token: 30 layers × (q,k,v,o,gate,up,down) + lm_head.
+constexpr double kLayerParams = 30.0 * (576 * 576 * 2 + 192 * 576 * 2 + 1536 * 576 * 3);
+constexpr double kLmHeadParams = 49152.0 * 576;
+
+void BM_ModelPrefill512(benchmark::State& state) {
+  auto& model = smollm_shaped();
+  std::vector<std::int32_t> tokens(512);
+  for (int i = 0; i < 512; ++i) tokens[i] = (i * 131) % 49152;
+  for (auto _ : state) {
+    kvq::model::KvCache cache = model.make_cache(1, 512);
+    benchmark::DoNotOptimize(model.forward(tokens, cache, kvq::model::LogitsMode::kLast));
+  }
+  // Decoder weight matmuls only (the lm_head runs on the last position).
+  state.counters["weight_GFLOP/s"] =
+      benchmark::Counter(2.0 * kLayerParams * 512 * static_cast<double>(state.iterations()) * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ModelPrefill512)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+void BM_ModelDecode128(benchmark::State& state) {
+  auto& model = smollm_shaped();
+  std::vector<std::int32_t> prompt(127);
+  for (int i = 0; i < 127; ++i) prompt[i] = (i * 17) % 49152;
+  kvq::model::KvCache cache = model.make_cache(1, 4096);
+  model.forward(prompt, cache, kvq::model::LogitsMode::kLast);
+  const std::int32_t t[1] = {42};
+  for (auto _ : state) {
+    cache.truncate(127);  // every step decodes at context 128
+    benchmark::DoNotOptimize(model.forward(t, cache, kvq::model::LogitsMode::kLast));
+  }
+  state.counters["weight_GB/s"] = benchmark::Counter(
+      4.0 * (kLayerParams + kLmHeadParams) * static_cast<double>(state.iterations()) * 1e-9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ModelDecode128)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

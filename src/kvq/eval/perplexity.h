@@ -1,0 +1,73 @@
+// Perplexity of a causal LM over a token stream, Hugging Face style windowing
+// (transformers' "Perplexity of fixed-length models" recipe).
+//
+// The text is tokenized once, as a whole (by the caller; `kvq perplexity` reads the file as raw
+// bytes, CRLF kept, and encodes it without special tokens: no BOS). Over the N tokens:
+//   window i covers tokens [begin_i, end_i) with begin_i = i * stride, end_i = min(begin_i + ctx,
+//   N), and is evaluated independently (fresh KV cache, positions 0..end_i-begin_i-1, nothing
+//   prepended); it scores the targets t in [max(begin_i + 1, end_{i-1}), end_i) (end_{-1} = 0):
+//   each target's NLL is -log softmax(logits at t-1)[tokens[t]], the log-softmax computed in
+//   float64 from the fp32 logits; the last window is the first one with end_i == N (so the tail is
+//   scored once); a window that would score nothing (a 1-token tail) is dropped; --max-windows
+//   keeps the first ones. stride == ctx (the default): windows are disjoint and each scores its ctx
+//   - 1 predicted tokens (the first token of a window is never predicted). stride < ctx: the first
+//   window scores its ctx - 1 tokens, every later one only its last `stride` targets (end_i -
+//   end_{i-1}), each seen with at least ctx - stride tokens of context.
+// PPL = exp(sum NLL / number of scored targets).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvq/model/kv_cache.h"
+
+namespace kvq::model {
+class LlamaModel;
+}
+
+namespace kvq::eval {
+
+struct PerplexityWindow {
+  std::int64_t begin = 0, end = 0;  // tokens [begin, end) are fed to the model
+  std::int64_t score_begin = 0;     // targets [score_begin, end) are scored
+  std::int64_t scored() const { return end - score_begin; }
+};
+
+// The windows defined above. InvalidArgument when ctx < 2, stride < 1, stride > ctx or
+// max_windows < 0 (0: all windows).
+std::vector<PerplexityWindow> plan_windows(std::int64_t num_tokens, std::int64_t ctx,
+                                           std::int64_t stride, std::int64_t max_windows = 0);
+
+struct PerplexityOptions {
+  std::int64_t ctx = 2048;
+  std::int64_t stride = 0;          // 0: ctx
+  std::int64_t max_windows = 0;     // 0: all
+  std::int64_t batch = 1;           // windows of equal length evaluated together
+  std::int64_t logits_chunk = 256;  // logits rows computed at once ([chunk, vocab] fp32)
+  model::KvStorage kv_storage = model::KvStorage::kF32;
+  bool progress = true;  // progress bar on stderr (only drawn on a terminal)
+};
+
+struct PerplexityResult {
+  double ppl = 0.0;
+  double nll_sum = 0.0;   // sum of the scored NLL terms (nats)
+  double nll_mean = 0.0;  // nll_sum / tokens_scored
+  std::int64_t tokens_scored = 0;
+  std::int64_t tokens_evaluated = 0;  // tokens fed to the model (sum of window lengths)
+  std::int64_t windows = 0;
+  double seconds = 0.0;
+  double tokens_per_second = 0.0;           // tokens_evaluated / seconds
+  std::vector<double> window_nll_sum;       // [windows]
+  std::vector<std::int64_t> window_scored;  // [windows]
+};
+
+// -log softmax(logits)[target] with the max, the exponentials and the sum in float64.
+// logits [vocab].
+double token_nll(std::span<const float> logits, std::int32_t target);
+
+// InvalidArgument when there are fewer than 2 tokens or an option is out of range.
+PerplexityResult perplexity(model::LlamaModel& model, std::span<const std::int32_t> tokens,
+                            const PerplexityOptions& options);
+
+}  // namespace kvq::eval

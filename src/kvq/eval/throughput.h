@@ -1,0 +1,101 @@
+// End-to-end throughput of the engine (`kvq bench`): prefill and decode tokens/s, set against
+// what the machine can do, measured in the same run (DRAM read bandwidth, sgemm GFLOP/s).
+//
+//   prefill: one forward of `prefill_tokens` synthetic token ids from an empty cache (logits of
+//            the last position only). GFLOP/s counts the weight matmuls only:
+//            2 · tokens · (decoder linear parameters) + 2 · hidden · vocab (one lm_head row);
+//            attention score/value products are not counted.
+//   decode:  the cache is filled to `context` tokens with synthetic keys/values (written straight
+//            into the KV cache: decode time does not depend on their values, and a real prefill
+//            of 8192 tokens would dominate the run), then `decode_steps` single-token forwards
+//            are timed. GB/s = (fp32 weight bytes of every linear + lm_head + KV bytes of
+//            `context` tokens) · tokens/s: the bytes one decode step must read at least.
+// Every figure is taken `repeats` times; min and median are reported (times, so the best
+// throughput is the one of the min time).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvq/model/kv_cache.h"
+
+namespace kvq::model {
+class LlamaModel;
+}
+
+namespace kvq::eval {
+
+// Best-of-`repeats` streaming read of a `bytes` buffer with the current thread count (GB/s,
+// 1 GB = 1e9 bytes).
+double measure_dram_read_gbs(std::size_t bytes = std::size_t{1} << 30, int repeats = 3);
+// Best-of-`repeats` cblas_sgemm of n × n × n with the current thread count (GFLOP/s).
+double measure_sgemm_gflops(int n = 1024, int repeats = 3);
+
+struct ModelCost {
+  std::int64_t linear_params = 0;   // q, k, v, o, gate, up, down over all layers
+  std::int64_t lm_head_params = 0;  // vocab × hidden
+  std::int64_t weight_bytes = 0;    // fp32 bytes of the above: read once per decode step
+};
+ModelCost model_cost(const model::LlamaModel& model);
+
+struct TimeStats {
+  double min = 0.0, median = 0.0;  // seconds
+};
+TimeStats time_stats(std::vector<double> seconds);
+
+struct BenchOptions {
+  std::int64_t prefill_tokens = 512;
+  std::vector<std::int64_t> contexts = {128, 2048, 8192};
+  std::vector<int> threads = {1, 2};
+  std::vector<model::KvStorage> kv_storages = {model::KvStorage::kF32};
+  int repeats = 5;
+  std::int64_t decode_steps = 16;  // timed single-token forwards per repeat
+  bool machine = true;             // measure DRAM bandwidth and sgemm peak
+};
+
+struct MachineRow {
+  int threads = 0;
+  double dram_read_gbs = 0.0, sgemm_gflops = 0.0;
+};
+struct PrefillRow {
+  int threads = 0;
+  model::KvStorage kv = model::KvStorage::kF32;
+  std::int64_t tokens = 0;
+  TimeStats seconds;
+  double tok_s_best = 0.0, tok_s_median = 0.0;
+  double gflops_best = 0.0;
+  double sgemm_fraction = 0.0;  // gflops_best / measured sgemm peak (0 when not measured)
+};
+struct DecodeRow {
+  int threads = 0;
+  model::KvStorage kv = model::KvStorage::kF32;
+  std::int64_t context = 0, steps = 0;
+  TimeStats seconds_per_token;
+  double tok_s_best = 0.0, tok_s_median = 0.0;
+  std::int64_t bytes_per_token = 0;  // weights + KV of `context` tokens
+  double gbs_best = 0.0;
+  double dram_fraction = 0.0;  // gbs_best / measured DRAM read bandwidth (0 when not measured)
+};
+
+struct BenchReport {
+  std::string model;
+  ModelCost cost;
+  std::vector<std::pair<model::KvStorage, std::int64_t>> kv_bytes_per_token;
+  std::vector<MachineRow> machine;
+  std::vector<PrefillRow> prefill;
+  std::vector<DecodeRow> decode;
+};
+
+// Runs every (threads, kv storage) combination; restores the thread count it found.
+// InvalidArgument for empty lists, non-positive sizes, threads < 1, repeats < 1.
+BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
+                      std::string model_name);
+
+std::string bench_markdown(const BenchReport& report);
+nlohmann::json bench_json(const BenchReport& report);
+
+}  // namespace kvq::eval

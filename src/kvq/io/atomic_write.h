@@ -1,0 +1,61 @@
+// Outputs appear whole or not at all.
+//
+// Every file kvq writes goes to a temporary sibling (same directory, so rename(2) is atomic), is
+// fsynced, then renamed over the target. A failure or an exception before commit() removes the
+// temporary and leaves the target untouched.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string_view>
+
+namespace kvq::io {
+
+// Writes `bytes` to `path` atomically. Throws IoError naming `path`.
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+
+// Streams a file into a temporary sibling of `path`; commit() fsyncs and renames it into place.
+// The destructor removes the temporary when commit() was not reached.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::filesystem::path& path);  // IoError if the temp can't open
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, std::size_t size);  // IoError on a short write (disk full, ...)
+  void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  void commit();
+
+  const std::filesystem::path& path() const { return path_; }            // the final path
+  const std::filesystem::path& temp_path() const { return temp_path_; }  // where bytes go now
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Builds a directory OUT in a temporary sibling directory; commit() moves it into place,
+// replacing an existing OUT (the old one is moved aside first and removed after the rename, so a
+// crash leaves either the old or the new directory, plus at most a stray ".kvq-old" sibling).
+// The destructor removes the temporary directory when commit() was not reached.
+class AtomicDirectory {
+ public:
+  explicit AtomicDirectory(const std::filesystem::path& final_dir);
+  ~AtomicDirectory();
+  AtomicDirectory(const AtomicDirectory&) = delete;
+  AtomicDirectory& operator=(const AtomicDirectory&) = delete;
+
+  const std::filesystem::path& path() const { return temp_dir_; }  // the temp dir to write into
+  const std::filesystem::path& final_path() const { return final_dir_; }
+  void commit();
+
+ private:
+  std::filesystem::path final_dir_;
+  std::filesystem::path temp_dir_;
+  bool committed_ = false;
+};
+
+}  // namespace kvq::io

@@ -1,0 +1,376 @@
+#include "kvq/io/model_config.h"
+
+#include <cmath>
+
+#include "kvq/core/dtype.h"
+#include "kvq/core/error.h"
+#include "kvq/core/tensor.h"
+#include "kvq/io/json_file.h"
+#include "kvq/io/safetensors.h"
+
+namespace kvq::io {
+namespace fs = std::filesystem;
+namespace {
+
+using nlohmann::json;
+
+// A present, non-null field.
+const json* field(const json& j, std::string_view key) {
+  const auto it = j.find(std::string(key));
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::int64_t as_int(const json& v, std::string_view source, std::string_view key) {
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  // Some configs write integral values as floats ("factor": 8.0 is fine, but a head count of 9.0
+  // is suspicious); accept exact integers only.
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e15) {
+      return static_cast<std::int64_t>(d);
+    }
+  }
+  fail<ConfigError>("{}: field '{}' must be an integer, got {}", source, key, v.dump());
+}
+
+double as_double(const json& v, std::string_view source, std::string_view key) {
+  if (v.is_number()) return v.get<double>();
+  fail<ConfigError>("{}: field '{}' must be a number, got {}", source, key, v.dump());
+}
+
+bool as_bool(const json& v, std::string_view source, std::string_view key) {
+  if (v.is_boolean()) return v.get<bool>();
+  fail<ConfigError>("{}: field '{}' must be true or false, got {}", source, key, v.dump());
+}
+
+std::int64_t required_int(const json& j, std::string_view source, std::string_view key) {
+  const json* v = field(j, key);
+  if (v == nullptr) fail<ConfigError>("{}: missing field '{}'", source, key);
+  return as_int(*v, source, key);
+}
+
+std::optional<std::int64_t> optional_int(const json& j, std::string_view source,
+                                         std::string_view key) {
+  const json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  return as_int(*v, source, key);
+}
+
+std::optional<double> optional_double(const json& j, std::string_view source,
+                                      std::string_view key) {
+  const json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  return as_double(*v, source, key);
+}
+
+// "eos_token_id": 2 or [2, 7]
+std::vector<std::int64_t> token_id_list(const json& j, std::string_view source,
+                                        std::string_view key) {
+  std::vector<std::int64_t> out;
+  const json* v = field(j, key);
+  if (v == nullptr) return out;
+  if (v->is_array()) {
+    for (const auto& e : *v) out.push_back(as_int(e, source, key));
+  } else {
+    out.push_back(as_int(*v, source, key));
+  }
+  return out;
+}
+
+void require_positive(std::int64_t value, std::string_view source, std::string_view key) {
+  if (value <= 0) fail<ConfigError>("{}: field '{}' must be positive, got {}", source, key, value);
+}
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5; also holds rope_theta).
+RopeScaling parse_rope_scaling(const json& r, std::string_view source, std::string_view key) {
+  RopeScaling s;
+  if (!r.is_object()) fail<ConfigError>("{}: field '{}' must be an object or null", source, key);
+  const json* type = field(r, "rope_type");
+  if (type == nullptr) type = field(r, "type");  // older configs spell it "type"
+  if (type != nullptr) {
+    if (!type->is_string())
+      fail<ConfigError>("{}: field '{}.rope_type' must be a string", source, key);
+    s.rope_type = type->get<std::string>();
+  }
+  const auto need = [&](std::string_view name) -> const json& {
+    const json* v = field(r, name);
+    if (v == nullptr) {
+      fail<ConfigError>("{}: rope scaling type '{}' needs field '{}.{}'", source, s.rope_type, key,
+                        name);
+    }
+    return *v;
+  };
+  if (s.rope_type == "default") return s;
+  if (s.rope_type == "linear") {
+    s.factor = as_double(need("factor"), source, "rope_scaling.factor");
+  } else if (s.rope_type == "llama3") {
+    s.factor = as_double(need("factor"), source, "rope_scaling.factor");
+    s.low_freq_factor = as_double(need("low_freq_factor"), source, "rope_scaling.low_freq_factor");
+    s.high_freq_factor =
+        as_double(need("high_freq_factor"), source, "rope_scaling.high_freq_factor");
+    s.original_max_position_embeddings = as_int(need("original_max_position_embeddings"), source,
+                                                "rope_scaling.original_max_position_embeddings");
+    require_positive(s.original_max_position_embeddings, source,
+                     "rope_scaling.original_max_position_embeddings");
+    if (!(s.high_freq_factor > s.low_freq_factor)) {
+      fail<ConfigError>("{}: rope_scaling high_freq_factor ({}) must exceed low_freq_factor ({})",
+                        source, s.high_freq_factor, s.low_freq_factor);
+    }
+  } else {
+    fail<NotSupported>(
+        "{}: rope scaling type '{}' is not supported (supported: default, linear, "
+        "llama3)",
+        source, s.rope_type);
+  }
+  if (!(s.factor > 0)) {
+    fail<ConfigError>("{}: rope_scaling factor must be positive, got {}", source, s.factor);
+  }
+  return s;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& j, std::string_view source) {
+  if (!j.is_object()) fail<ConfigError>("{}: must be a JSON object", source);
+  ModelConfig c;
+  c.raw = j;
+  if (const json* a = field(j, "architectures")) {
+    if (!a->is_array()) fail<ConfigError>("{}: field 'architectures' must be a list", source);
+    for (const auto& e : *a) {
+      if (!e.is_string()) fail<ConfigError>("{}: field 'architectures' must list strings", source);
+      c.architectures.push_back(e.get<std::string>());
+    }
+  }
+  if (const json* t = field(j, "model_type")) {
+    if (!t->is_string()) fail<ConfigError>("{}: field 'model_type' must be a string", source);
+    c.model_type = t->get<std::string>();
+  }
+
+  c.hidden_size = required_int(j, source, "hidden_size");
+  c.num_hidden_layers = required_int(j, source, "num_hidden_layers");
+  c.num_attention_heads = required_int(j, source, "num_attention_heads");
+  c.intermediate_size = required_int(j, source, "intermediate_size");
+  c.vocab_size = required_int(j, source, "vocab_size");
+  for (const auto& [key, value] :
+       {std::pair<std::string_view, std::int64_t>{"hidden_size", c.hidden_size},
+        {"num_hidden_layers", c.num_hidden_layers},
+        {"num_attention_heads", c.num_attention_heads},
+        {"intermediate_size", c.intermediate_size},
+        {"vocab_size", c.vocab_size}}) {
+    require_positive(value, source, key);
+  }
+  c.num_key_value_heads =
+      optional_int(j, source, "num_key_value_heads").value_or(c.num_attention_heads);
+  require_positive(c.num_key_value_heads, source, "num_key_value_heads");
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    fail<ConfigError>("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                      source, c.num_attention_heads, c.num_key_value_heads);
+  }
+  if (const auto hd = optional_int(j, source, "head_dim")) {
+    c.head_dim = *hd;
+    require_positive(c.head_dim, source, "head_dim");
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      fail<ConfigError>(
+          "{}: no 'head_dim' and hidden_size ({}) is not a multiple of "
+          "num_attention_heads ({})",
+          source, c.hidden_size, c.num_attention_heads);
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.max_position_embeddings = optional_int(j, source, "max_position_embeddings").value_or(2048);
+  require_positive(c.max_position_embeddings, source, "max_position_embeddings");
+  c.rms_norm_eps = optional_double(j, source, "rms_norm_eps").value_or(1e-6);
+  if (!(c.rms_norm_eps > 0)) {
+    fail<ConfigError>("{}: field 'rms_norm_eps' must be positive, got {}", source, c.rms_norm_eps);
+  }
+
+  // transformers 5 moved rope_theta and the scaling into "rope_parameters"; accept both.
+  c.rope_theta = optional_double(j, source, "rope_theta").value_or(10000.0);
+  if (const json* rp = field(j, "rope_parameters")) {
+    c.rope_scaling = parse_rope_scaling(*rp, source, "rope_parameters");
+    if (const json* theta = field(*rp, "rope_theta")) {
+      c.rope_theta = as_double(*theta, source, "rope_parameters.rope_theta");
+    }
+  } else if (const json* rs = field(j, "rope_scaling")) {
+    c.rope_scaling = parse_rope_scaling(*rs, source, "rope_scaling");
+  }
+  if (!(c.rope_theta > 0)) {
+    fail<ConfigError>("{}: field 'rope_theta' must be positive, got {}", source, c.rope_theta);
+  }
+
+  if (const json* t = field(j, "tie_word_embeddings")) {
+    c.tie_word_embeddings = as_bool(*t, source, "tie_word_embeddings");
+  }
+  if (const json* t = field(j, "attention_bias"))
+    c.attention_bias = as_bool(*t, source, "attention_bias");
+  if (const json* t = field(j, "mlp_bias")) c.mlp_bias = as_bool(*t, source, "mlp_bias");
+  c.bos_token_id = optional_int(j, source, "bos_token_id");
+  c.pad_token_id = optional_int(j, source, "pad_token_id");
+  c.eos_token_ids = token_id_list(j, source, "eos_token_id");
+
+  const json* dtype = field(j, "torch_dtype");
+  if (dtype == nullptr) dtype = field(j, "dtype");  // transformers 5 writes "dtype"
+  if (dtype != nullptr) {
+    if (!dtype->is_string()) fail<ConfigError>("{}: field 'torch_dtype' must be a string", source);
+    std::string name = dtype->get<std::string>();
+    const auto parsed = dtype_from_torch_name(name);
+    if (!parsed || !dtype_is_float(*parsed)) {
+      fail<ConfigError>("{}: field 'torch_dtype' has unknown floating type '{}'", source, name);
+    }
+    c.torch_dtype = std::string(dtype_torch_name(*parsed));
+  } else {
+    c.torch_dtype = "float32";
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const fs::path& model_dir) {
+  const fs::path path = model_dir / "config.json";
+  return parse_model_config(read_json_file(path), path.string());
+}
+
+GenerationConfig parse_generation_config(const json& j, std::string_view source) {
+  if (!j.is_object()) fail<ConfigError>("{}: must be a JSON object", source);
+  GenerationConfig g;
+  g.raw = j;
+  g.eos_token_ids = token_id_list(j, source, "eos_token_id");
+  g.bos_token_id = optional_int(j, source, "bos_token_id");
+  g.pad_token_id = optional_int(j, source, "pad_token_id");
+  g.temperature = optional_double(j, source, "temperature");
+  g.top_p = optional_double(j, source, "top_p");
+  g.top_k = optional_int(j, source, "top_k");
+  g.max_new_tokens = optional_int(j, source, "max_new_tokens");
+  if (const json* s = field(j, "do_sample")) g.do_sample = as_bool(*s, source, "do_sample");
+  return g;
+}
+
+std::optional<GenerationConfig> load_generation_config(const fs::path& model_dir) {
+  const fs::path path = model_dir / "generation_config.json";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return parse_generation_config(read_json_file(path), path.string());
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  json j = c.raw.is_object() ? c.raw : json::object();
+  j["architectures"] =
+      c.architectures.empty() ? std::vector<std::string>{"LlamaForCausalLM"} : c.architectures;
+  j["model_type"] = c.model_type.empty() ? std::string("llama") : c.model_type;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["attention_bias"] = c.attention_bias;
+  j["mlp_bias"] = c.mlp_bias;
+  j["hidden_act"] = j.value("hidden_act", std::string("silu"));
+  j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
+  j["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
+  if (c.eos_token_ids.empty()) {
+    j["eos_token_id"] = nullptr;
+  } else if (c.eos_token_ids.size() == 1) {
+    j["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    j["eos_token_id"] = c.eos_token_ids;
+  }
+  j["torch_dtype"] = c.torch_dtype;
+  j.erase("dtype");
+  // Written in both spellings so transformers 4 (rope_theta + rope_scaling), transformers 5
+  // (rope_parameters) and vLLM read the same values.
+  j["rope_theta"] = c.rope_theta;
+  json rope_parameters = {{"rope_type", c.rope_scaling.rope_type}, {"rope_theta", c.rope_theta}};
+  if (c.rope_scaling.rope_type == "default") {
+    j["rope_scaling"] = nullptr;
+  } else {
+    json s = {{"rope_type", c.rope_scaling.rope_type}, {"factor", c.rope_scaling.factor}};
+    if (c.rope_scaling.rope_type == "llama3") {
+      s["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+      s["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+      s["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+    }
+    j["rope_scaling"] = s;
+    rope_parameters.update(s);
+  }
+  j["rope_parameters"] = rope_parameters;
+  return j;
+}
+
+void check_config_against_tensors(const ModelConfig& c, const SafetensorsModel& weights,
+                                  std::string_view source) {
+  const std::int64_t h = c.hidden_size;
+  const std::int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const std::int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  std::vector<std::string> missing;
+
+  // A quantized checkpoint may store a Linear as weight_packed (+ weight_shape) instead of
+  // weight; its shape is then checked by whoever unpacks it.
+  const auto expect = [&](const std::string& name, const Shape& shape) {
+    if (!weights.contains(name)) {
+      const std::string packed_name =
+          name.ends_with(".weight") ? name.substr(0, name.size() - 7) + ".weight_packed" : "";
+      if (packed_name.empty() || !weights.contains(packed_name)) missing.push_back(name);
+      return;
+    }
+    const TensorInfo& info = weights.info(name);
+    if (info.shape != shape) {
+      fail<ConfigError>(
+          "{}: tensor '{}' has shape {} but the config implies {} (hidden_size {}, "
+          "heads {}, kv heads {}, head_dim {}, intermediate_size {}, vocab_size {})",
+          source, name, shape_str(info.shape), shape_str(shape), c.hidden_size,
+          c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.intermediate_size,
+          c.vocab_size);
+    }
+  };
+
+  expect("model.embed_tokens.weight", {c.vocab_size, h});
+  expect("model.norm.weight", {h});
+  if (!c.tie_word_embeddings || weights.contains("lm_head.weight")) {
+    expect("lm_head.weight", {c.vocab_size, h});
+  }
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    expect(p + "input_layernorm.weight", {h});
+    expect(p + "post_attention_layernorm.weight", {h});
+    expect(p + "self_attn.q_proj.weight", {q_rows, h});
+    expect(p + "self_attn.k_proj.weight", {kv_rows, h});
+    expect(p + "self_attn.v_proj.weight", {kv_rows, h});
+    expect(p + "self_attn.o_proj.weight", {h, q_rows});
+    if (c.attention_bias) {
+      expect(p + "self_attn.q_proj.bias", {q_rows});
+      expect(p + "self_attn.k_proj.bias", {kv_rows});
+      expect(p + "self_attn.v_proj.bias", {kv_rows});
+      expect(p + "self_attn.o_proj.bias", {h});
+    }
+    expect(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
+    expect(p + "mlp.up_proj.weight", {c.intermediate_size, h});
+    expect(p + "mlp.down_proj.weight", {h, c.intermediate_size});
+    if (c.mlp_bias) {
+      expect(p + "mlp.gate_proj.bias", {c.intermediate_size});
+      expect(p + "mlp.up_proj.bias", {c.intermediate_size});
+      expect(p + "mlp.down_proj.bias", {h});
+    }
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
+    if (missing.size() > 5) list += fmt::format(", ... ({} in all)", missing.size());
+    fail<ConfigError>("{}: the weights lack tensors the config requires: {}", source, list);
+  }
+  // Layers past num_hidden_layers mean the config and the weights describe different models.
+  const std::string extra = fmt::format("model.layers.{}.", c.num_hidden_layers);
+  for (const auto& name : weights.names()) {
+    if (name.starts_with(extra)) {
+      fail<ConfigError>("{}: tensor '{}' exists but num_hidden_layers is {}", source, name,
+                        c.num_hidden_layers);
+    }
+  }
+}
+
+}  // namespace kvq::io

@@ -1,0 +1,71 @@
+// Hugging Face config.json / generation_config.json for Llama-family models.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvq::io {
+
+class SafetensorsModel;
+
+struct RopeScaling {
+  std::string rope_type = "default";  // "default", "linear", "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::int64_t original_max_position_embeddings = 0;
+};
+
+struct ModelConfig {
+  std::vector<std::string> architectures;  // ["LlamaForCausalLM"]
+  std::string model_type;                  // "llama"
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;  // falls back to num_attention_heads
+  std::int64_t head_dim = 0;             // falls back to hidden_size / num_attention_heads
+  std::int64_t vocab_size = 0;
+  std::int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  std::optional<std::int64_t> bos_token_id;
+  std::vector<std::int64_t> eos_token_ids;  // config "eos_token_id": int or list
+  std::optional<std::int64_t> pad_token_id;
+  std::string torch_dtype = "float32";  // "float32", "bfloat16", ... ("torch_dtype" or "dtype")
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  nlohmann::json raw;  // the whole config.json (quantization_config etc. stay here)
+};
+
+struct GenerationConfig {
+  std::vector<std::int64_t> eos_token_ids;
+  std::optional<std::int64_t> bos_token_id, pad_token_id;
+  std::optional<double> temperature, top_p;
+  std::optional<std::int64_t> top_k, max_new_tokens;
+  bool do_sample = false;
+  nlohmann::json raw;
+};
+
+// ConfigError naming `source_name` and the field; NotSupported for unknown rope scaling types.
+ModelConfig parse_model_config(const nlohmann::json& j, std::string_view source_name);
+ModelConfig load_model_config(const std::filesystem::path& model_dir);  // model_dir/config.json
+GenerationConfig parse_generation_config(const nlohmann::json& j, std::string_view source_name);
+// model_dir/generation_config.json, or nullopt when the file does not exist.
+std::optional<GenerationConfig> load_generation_config(const std::filesystem::path& model_dir);
+// HF LlamaConfig-style config.json content: `raw` with the typed fields written over it.
+nlohmann::json model_config_to_json(const ModelConfig& c);
+// ConfigError when the weights contradict the config (missing tensors, q_proj rows !=
+// heads × head_dim, ...). Names `source` and the tensor.
+void check_config_against_tensors(const ModelConfig& c, const SafetensorsModel& weights,
+                                  std::string_view source);
+
+}  // namespace kvq::io

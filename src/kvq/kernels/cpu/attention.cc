@@ -1,0 +1,296 @@
+#include "kvq/kernels/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kvq/core/error.h"
+#include "kvq/core/threading.h"
+#include "kvq/quant/formats.h"
+
+namespace kvq::kernels {
+namespace {
+
+constexpr std::int64_t kKeyTile = 64;
+constexpr std::int64_t kQueryTile = 32;
+// Multiply-adds below which attention runs on the calling thread only.
+constexpr std::int64_t kMinParallelWork = 1 << 16;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Scratch for one thread: a K tile transposed, a decoded V tile, the score tile.
+struct Scratch {
+  explicit Scratch(std::int64_t d)
+      : kt(static_cast<std::size_t>(d * kKeyTile)),
+        v(static_cast<std::size_t>(d * kKeyTile)),
+        s(static_cast<std::size_t>(kQueryTile * kKeyTile)) {}
+  std::vector<float> kt;  // [head_dim, kKeyTile]
+  std::vector<float> v;   // [kKeyTile, head_dim]
+  std::vector<float> s;   // [kQueryTile, kKeyTile]
+};
+
+// Loads rows [t0, t0 + n) of K transposed into kt [d, kKeyTile] (decoding through `rows` when
+// the storage is not fp32).
+void load_k_transposed(const KvRowsView& k, std::int64_t t0, std::int64_t n, float* rows,
+                       float* kt) {
+  const std::int64_t d = k.head_dim;
+  const float* src = k.f32_rows(t0);
+  if (src == nullptr) {
+    load_kv_rows(k, t0, n, rows);
+    src = rows;
+  }
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float* r = src + j * d;
+    for (std::int64_t c = 0; c < d; ++c) kt[c * kKeyTile + j] = r[c];
+  }
+}
+
+// s[i, j] = q_i · k_j for nq rows and nt keys. Vectorised over j (no reductions, so the compiler
+// vectorises it without -ffast-math; target_clones picks AVX-512 / AVX2 at run time).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void tile_scores(
+    const float* q, std::int64_t nq, const float* kt, std::int64_t nt, std::int64_t d, float* s) {
+  for (std::int64_t i = 0; i < nq; ++i) {
+    float* si = s + i * kKeyTile;
+    for (std::int64_t j = 0; j < nt; ++j) si[j] = 0.0f;
+    const float* qi = q + i * d;
+    for (std::int64_t c = 0; c < d; ++c) {
+      const float qc = qi[c];
+      const float* kc = kt + c * kKeyTile;
+      for (std::int64_t j = 0; j < nt; ++j) si[j] += qc * kc[j];
+    }
+  }
+}
+
+// acc[i, :] += Σ_j p[i, j] · v[j, :]; vectorised over head_dim.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void tile_accumulate(
+    const float* p, std::int64_t nq, const float* v, std::int64_t nt, std::int64_t d, float* acc) {
+  for (std::int64_t i = 0; i < nq; ++i) {
+    float* ai = acc + i * d;
+    const float* pi = p + i * kKeyTile;
+    for (std::int64_t j = 0; j < nt; ++j) {
+      const float pj = pi[j];
+      const float* vj = v + j * d;
+      for (std::int64_t c = 0; c < d; ++c) ai[c] += pj * vj[c];
+    }
+  }
+}
+
+// Online-softmax attention of nq query rows over key rows [t_begin, t_end).
+// Row i sits at position pos0 + i * pos_step and sees keys t <= its position.
+// m, l [nq] and acc [nq, d] carry the running state (initialise m = -inf, l = 0, acc = 0).
+void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64_t pos_step,
+                  const KvRowsView& k, const KvRowsView& v, std::int64_t t_begin,
+                  std::int64_t t_end, float scale, Scratch& sc, float* m, float* l, float* acc) {
+  const std::int64_t d = k.head_dim;
+  const std::int64_t last_pos = pos0 + (nq - 1) * pos_step;
+  t_end = std::min(t_end, last_pos + 1);
+  for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
+    const std::int64_t nt = std::min(kKeyTile, t_end - t0);
+    load_k_transposed(k, t0, nt, sc.v.data(), sc.kt.data());
+    tile_scores(q, nq, sc.kt.data(), nt, d, sc.s.data());
+    for (std::int64_t i = 0; i < nq; ++i) {
+      float* si = sc.s.data() + i * kKeyTile;
+      const std::int64_t visible = std::min(nt, pos0 + i * pos_step - t0 + 1);  // may be <= 0
+      float mx = m[i];
+      for (std::int64_t j = 0; j < nt; ++j) {
+        si[j] = j < visible ? si[j] * scale : kNegInf;
+        mx = std::max(mx, si[j]);
+      }
+      if (mx == kNegInf) {  // nothing visible yet for this row
+        for (std::int64_t j = 0; j < nt; ++j) si[j] = 0.0f;
+        continue;
+      }
+      const float corr = m[i] == kNegInf ? 0.0f : std::exp(m[i] - mx);
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < nt; ++j) {
+        si[j] = std::exp(si[j] - mx);
+        sum += si[j];
+      }
+      l[i] = l[i] * corr + sum;
+      if (corr != 1.0f) {
+        float* ai = acc + i * d;
+        for (std::int64_t c = 0; c < d; ++c) ai[c] *= corr;
+      }
+      m[i] = mx;
+    }
+    const float* vt = v.f32_rows(t0);
+    if (vt == nullptr) {
+      load_kv_rows(v, t0, nt, sc.v.data());
+      vt = sc.v.data();
+    }
+    tile_accumulate(sc.s.data(), nq, vt, nt, d, acc);
+  }
+}
+
+// Decode: online-softmax attention of the nq query rows q [nq, d] (all at the last position, so
+// every row in [t_begin, t_end) is visible) straight over packed rows. Scores are
+// dot_row(q, code - zp) * qk_scale, where qk_scale folds the K stream factor into the softmax
+// scale; acc [nq, d] accumulates p * (code - zp) with axpy_row, WITHOUT the V stream factor (the
+// caller applies it once per output). s [nq, kKeyTile] is scratch; m, l [nq] as attend_range.
+void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const KvRowsView& v,
+                   std::int64_t t_begin, std::int64_t t_end, float qk_scale, float* s, float* m,
+                   float* l, float* acc) {
+  const std::int64_t d = k.head_dim;
+  for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
+    const std::int64_t nt = std::min(kKeyTile, t_end - t0);
+    for (std::int64_t j = 0; j < nt; ++j) {
+      const std::byte* row = k.row(t0 + j);
+      for (std::int64_t i = 0; i < nq; ++i) {
+        s[i * kKeyTile + j] = quant::dot_row(k.format, q + i * d, row, d, k.zero_point) * qk_scale;
+      }
+    }
+    for (std::int64_t i = 0; i < nq; ++i) {
+      float* si = s + i * kKeyTile;
+      float mx = m[i];
+      for (std::int64_t j = 0; j < nt; ++j) mx = std::max(mx, si[j]);
+      const float corr = m[i] == kNegInf ? 0.0f : std::exp(m[i] - mx);
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < nt; ++j) {
+        si[j] = std::exp(si[j] - mx);
+        sum += si[j];
+      }
+      l[i] = l[i] * corr + sum;
+      if (corr != 1.0f) {
+        float* ai = acc + i * d;
+        for (std::int64_t c = 0; c < d; ++c) ai[c] *= corr;
+      }
+      m[i] = mx;
+    }
+    for (std::int64_t j = 0; j < nt; ++j) {
+      const std::byte* row = v.row(t0 + j);
+      for (std::int64_t i = 0; i < nq; ++i) {
+        quant::axpy_row(v.format, s[i * kKeyTile + j], row, d, v.zero_point, acc + i * d);
+      }
+    }
+  }
+}
+
+int parallel_threads(std::int64_t items) {
+  return static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(num_threads(), items)));
+}
+
+void check_params(const AttentionParams& p) {
+  KVQ_CHECK(p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0, "heads {} kv_heads {}",
+            p.heads, p.kv_heads);
+  KVQ_CHECK(p.head_dim > 0 && p.q_len >= 0 && p.past >= 0, "bad attention shape");
+}
+
+}  // namespace
+
+void attention_prefill(const AttentionParams& p, const float* q, const KvRowsView* keys,
+                       const KvRowsView* values, float* out) {
+  check_params(p);
+  const std::int64_t d = p.head_dim;
+  const std::int64_t group = p.heads / p.kv_heads;
+  const std::int64_t q_tiles = (p.q_len + kQueryTile - 1) / kQueryTile;
+  const std::int64_t items = p.heads * q_tiles;
+  const std::int64_t work = p.heads * p.q_len * (p.past + p.q_len) * d;
+  const int threads = work < kMinParallelWork ? 1 : parallel_threads(items);
+#pragma omp parallel num_threads(threads)
+  {
+    Scratch sc(d);
+    std::vector<float> m(kQueryTile), l(kQueryTile);
+    std::vector<float> acc(static_cast<std::size_t>(kQueryTile * d));
+    // Later query tiles see more keys: hand out items from the most expensive end.
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < items; ++item) {
+      const std::int64_t h = item % p.heads;
+      const std::int64_t qt = q_tiles - 1 - item / p.heads;
+      const std::int64_t i0 = qt * kQueryTile;
+      const std::int64_t nq = std::min(kQueryTile, p.q_len - i0);
+      std::fill(m.begin(), m.end(), kNegInf);
+      std::fill(l.begin(), l.end(), 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const float* qh = q + (h * p.q_len + i0) * d;  // [nq, d]
+      attend_range(qh, nq, p.past + i0, 1, keys[h / group], values[h / group], 0, p.past + p.q_len,
+                   p.scale, sc, m.data(), l.data(), acc.data());
+      for (std::int64_t i = 0; i < nq; ++i) {
+        float* o = out + ((i0 + i) * p.heads + h) * d;
+        const float inv = 1.0f / l[static_cast<std::size_t>(i)];
+        for (std::int64_t c = 0; c < d; ++c) o[c] = acc[static_cast<std::size_t>(i * d + c)] * inv;
+      }
+    }
+  }
+}
+
+void attention_decode(const AttentionParams& p, const float* q, const KvRowsView* keys,
+                      const KvRowsView* values, float* out, std::int64_t splits) {
+  check_params(p);
+  KVQ_CHECK(p.q_len == 1 && splits >= 1, "decode: q_len {} splits {}", p.q_len, splits);
+  const std::int64_t d = p.head_dim;
+  const std::int64_t group = p.heads / p.kv_heads;
+  const std::int64_t total = p.past + 1;
+  splits = std::min(splits, total);
+  const std::int64_t chunk = (total + splits - 1) / splits;
+  const std::int64_t items = p.kv_heads * splits;
+  const int threads = p.heads * total * d < kMinParallelWork ? 1 : parallel_threads(items);
+  // Partial states per (kv head, split): m, l [group], acc [group, d].
+  std::vector<float> pm(static_cast<std::size_t>(items * group));
+  std::vector<float> pl(static_cast<std::size_t>(items * group));
+  std::vector<float> pacc(static_cast<std::size_t>(items * group * d));
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> s(static_cast<std::size_t>(group * kKeyTile));  // [group, kKeyTile]
+#pragma omp for schedule(static)
+    for (std::int64_t item = 0; item < items; ++item) {
+      const std::int64_t kvh = item / splits;
+      const std::int64_t sp = item % splits;
+      float* m = pm.data() + item * group;
+      float* l = pl.data() + item * group;
+      float* acc = pacc.data() + item * group * d;
+      std::fill(m, m + group, kNegInf);
+      std::fill(l, l + group, 0.0f);
+      std::fill(acc, acc + group * d, 0.0f);
+      const std::int64_t t_begin = sp * chunk;
+      const std::int64_t t_end = std::min(total, t_begin + chunk);
+      // The group's query heads are adjacent rows of q: [group, d], all at position `past`.
+      attend_packed(q + kvh * group * d, group, keys[kvh], values[kvh], t_begin, t_end,
+                    p.scale * keys[kvh].factor(), s.data(), m, l, acc);
+    }
+  }
+  for (std::int64_t h = 0; h < p.heads; ++h) {
+    const std::int64_t kvh = h / group, g = h % group;
+    float mx = kNegInf;
+    for (std::int64_t sp = 0; sp < splits; ++sp) {
+      mx = std::max(mx, pm[static_cast<std::size_t>((kvh * splits + sp) * group + g)]);
+    }
+    float* o = out + h * d;
+    std::fill(o, o + d, 0.0f);
+    float sum = 0.0f;
+    for (std::int64_t sp = 0; sp < splits; ++sp) {
+      const std::int64_t item = kvh * splits + sp;
+      const float ms = pm[static_cast<std::size_t>(item * group + g)];
+      if (ms == kNegInf) continue;  // an empty split
+      const float w = std::exp(ms - mx);
+      sum += pl[static_cast<std::size_t>(item * group + g)] * w;
+      const float* a = pacc.data() + (item * group + g) * d;
+      for (std::int64_t c = 0; c < d; ++c) o[c] += a[c] * w;
+    }
+    // The V stream factor is applied once per output, with the softmax normalisation.
+    const float inv = values[kvh].factor() / sum;
+    for (std::int64_t c = 0; c < d; ++c) o[c] *= inv;
+  }
+}
+
+void attention(const AttentionParams& p, const float* q, const KvRowsView* keys,
+               const KvRowsView* values, float* out) {
+  if (p.q_len == 0) return;
+  if (p.q_len > 1) {
+    attention_prefill(p, q, keys, values, out);
+    return;
+  }
+  // Split the sequence only when there is enough of it to pay for the merge and the KV heads
+  // alone cannot keep every thread busy.
+  const std::int64_t total = p.past + 1;
+  const std::int64_t threads = num_threads();
+  std::int64_t splits = 1;
+  if (threads > 1 && total >= 512) {
+    splits = std::max<std::int64_t>(1, (2 * threads + p.kv_heads - 1) / p.kv_heads);
+    splits = std::min(splits, total / 256);
+  }
+  attention_decode(p, q, keys, values, out, std::max<std::int64_t>(1, splits));
+}
+
+}  // namespace kvq::kernels

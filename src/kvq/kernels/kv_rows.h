@@ -1,0 +1,56 @@
+// How attention kernels see one head's cached K or V rows, whatever the packed format.
+//
+// The KV cache (kvq/model/kv_cache.h) owns the bytes; a KvRowsView describes the rows of one
+// (layer, batch, kv head) stream: `capacity` rows of kv_row_bytes(format, head_dim) bytes in one
+// of the quant::KvFormat layouts (kvq/quant/formats.h), plus the stream's dequantization
+// parameters. A kernel either reads rows directly with quant::dot_row / axpy_row (decode) and
+// folds `factor()` in once, or decodes a tile to fp32 in a small scratch buffer with
+// load_kv_rows (prefill) — never a dequantized copy of the whole cache.
+//
+// Decoded value of element i of row t:
+//   f32/bf16/f16/fp8/int8/int4:  (code_i - zero_point) * scale
+//   nvfp4:                       e2m1_i * block_scale_i / global_scale
+// so the per-stream factor a kernel folds after dot_row / axpy_row is factor() (= scale, or
+// 1 / global_scale for nvfp4, whose block scales dot_row / axpy_row apply themselves).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kvq/quant/formats.h"
+
+namespace kvq::kernels {
+
+using quant::KvFormat;
+// The engine's former storage enum, kept as an alias so existing callers (eval, apps) compile:
+// kF32 / kBF16 / kF16 are the same enumerators in KvFormat. New code uses KvFormat.
+using KvStorage = quant::KvFormat;
+inline std::string_view kv_storage_name(KvFormat format) { return quant::kv_format_name(format); }
+
+struct KvRowsView {
+  KvFormat format = KvFormat::kF32;
+  const std::byte* data = nullptr;  // row t starts at data + t * row_bytes; [capacity, row_bytes]
+  std::int64_t row_bytes = 0;       // kv_row_bytes(format, head_dim)
+  std::int64_t head_dim = 0;
+  float scale = 1.0f;         // stream dequant scale (ignored by nvfp4)
+  float zero_point = 0.0f;    // stream zero point, an integer code (int8 / int4 only)
+  float global_scale = 1.0f;  // nvfp4 stream global scale (> 0)
+
+  // The stream factor to apply after dot_row / axpy_row.
+  float factor() const { return format == KvFormat::kNVFP4 ? 1.0f / global_scale : scale; }
+  const std::byte* row(std::int64_t t) const { return data + t * row_bytes; }
+
+  // Rows [t0, t0 + n) as fp32 pointer when the storage is fp32 with unit scale, else nullptr.
+  const float* f32_rows(std::int64_t t0) const {
+    if (format != KvFormat::kF32 || scale != 1.0f) return nullptr;
+    return reinterpret_cast<const float*>(data + t0 * row_bytes);
+  }
+};
+
+// Decodes rows [t0, t0 + n) to fp32 with quant::dequantize_row (fast path): out [n, head_dim].
+void load_kv_rows(const KvRowsView& view, std::int64_t t0, std::int64_t n, float* out);
+// The same with the scalar reference codec (quant::ref::dequantize_row), for ref kernels.
+void load_kv_rows_ref(const KvRowsView& view, std::int64_t t0, std::int64_t n, float* out);
+
+}  // namespace kvq::kernels

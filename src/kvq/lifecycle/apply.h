@@ -1,0 +1,93 @@
+// apply_quantization_config for a LlamaModel (compressed-tensors 0.19.0
+// `quantization/lifecycle/apply.py` + `initialize.py`, installed version), and the object that
+// owns the result: one QuantizedAttentionState per quantized attention module plus the
+// fake-quantization hooks. Nothing is global: two models quantized in one process are
+// independent, and destroying the lifecycle removes its hooks (the model is plain again).
+//
+// Rules (0.19.0):
+//  - kv_cache_scheme first: EVERY attention module gets k/v quantization (config.ignore is not
+//    applied, as in the reference); k_scale / v_scale, zero points only when asymmetric.
+//    An asymmetric kv scheme is allowed here (fake quant + int formats) with the reference's
+//    warning "vLLM does not support asymmetric kv cache quantization"; `export_warnings()` lists it.
+//  - config groups: target → scheme (later groups overwrite a repeated target string); modules
+//    matched (in named_modules order, minus ignore); the scheme is the one of the highest-priority
+//    matching target (match_targets). An attention module that the scheme's targets match
+//    NARROWLY (is_narrow_match) gets q + k + v quantization (zero points when the status is below
+//    compressed). Non-narrow matches and other module classes are skipped silently, except
+//    Linear / Embedding → NotSupported (kvq quantizes attention only).
+//  - attention schemes are validated like _validate_attention_scheme (weights / missing input
+//    activations / output activations → ConfigError with the reference message).
+//  - a target of a config group that matches no module → ConfigError (the reference only warns;
+//    a recipe that selects nothing is a mistake kvq refuses).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/lifecycle/quantized_attention.h"
+#include "kvq/model/llama_model.h"
+#include "kvq/quant/quant_config.h"
+
+namespace kvq::lifecycle {
+
+class QuantizationLifecycle {
+ public:
+  ~QuantizationLifecycle();
+  QuantizationLifecycle(const QuantizationLifecycle&) = delete;
+  QuantizationLifecycle& operator=(const QuantizationLifecycle&) = delete;
+
+  model::LlamaModel& model() { return *model_; }
+  const quant::QuantizationConfig& config() const { return config_; }
+
+  // In named_modules order.
+  const std::vector<std::unique_ptr<QuantizedAttentionState>>& states() const { return states_; }
+  QuantizedAttentionState* state(std::string_view module_name);  // nullptr when not quantized
+
+  // enable_quantization / disable_quantization on every quantized module.
+  void set_quantization_enabled(bool enabled);
+  void set_status(quant::QuantizationStatus status);
+
+  // Hooks that must run BEFORE fake quantization (observers, transforms): they are inserted
+  // ahead of this lifecycle's quantization hooks, as the reference's pre-hooks run before
+  // QuantizedKVCache.forward / QuantizedAttentionImpl.forward quantize.
+  model::HookHandle register_query_hook(QuantizedAttentionState& state, model::AttentionHook hook);
+  model::HookHandle register_key_hook(QuantizedAttentionState& state, model::AttentionHook hook);
+  model::HookHandle register_value_hook(QuantizedAttentionState& state, model::AttentionHook hook);
+
+  // QuantizationConfig.from_pretrained(model): the config a checkpoint of the current state
+  // declares (attention groups as "group_0"...; kv_cache_scheme from the last attention module;
+  // ignore = non-group modules of a quantized type; format "dense"). nullopt when nothing is
+  // quantized.
+  std::optional<quant::QuantizationConfig> config_from_model() const;
+
+  // Every scale set, finite and > 0; InvalidArgument naming the module and tensor otherwise.
+  void check_scales(std::string_view what = "") const;
+
+  // Why a checkpoint of this state would not load in vLLM (asymmetric kv, ...); empty when fine.
+  std::vector<std::string> export_warnings() const;
+
+ private:
+  friend std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
+      model::LlamaModel& model, const quant::QuantizationConfig& config);
+  QuantizationLifecycle() = default;
+  void install_quantization_hooks(QuantizedAttentionState& state);
+
+  model::LlamaModel* model_ = nullptr;
+  quant::QuantizationConfig config_;
+  std::vector<std::unique_ptr<QuantizedAttentionState>> states_;
+  // Per state: the fake-quant hook handles, re-registered last whenever a pre-hook is added.
+  std::map<const QuantizedAttentionState*, std::vector<model::HookHandle>> quant_hooks_;
+  std::vector<std::string> export_warnings_;
+};
+
+std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
+    model::LlamaModel& model, const quant::QuantizationConfig& config);
+
+// Fake-quantizes states with a state's q/k/v qparams (InvalidArgument naming the module when the
+// scale was never calibrated or loaded).
+void forward_quantize(const QuantizedAttentionState& state, char base, model::StatesView states);
+
+}  // namespace kvq::lifecycle

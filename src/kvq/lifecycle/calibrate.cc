@@ -1,0 +1,163 @@
+#include "kvq/lifecycle/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "kvq/core/error.h"
+#include "kvq/core/progress.h"
+#include "kvq/io/atomic_write.h"
+#include "kvq/lifecycle/heatmap_png.h"
+#include "kvq/lifecycle/qdq.h"
+
+namespace kvq::lifecycle {
+namespace {
+
+float round_to_dtype(float v, DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return round_to_bf16(v);
+    case DType::kF16: return round_to_fp16(v);
+    default: return v;
+  }
+}
+
+struct ObserverSlot {
+  QuantizedAttentionState* state;
+  char base;
+  std::unique_ptr<Observer> observer;
+};
+
+}  // namespace
+
+CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
+                            std::span<const CalibrationSample> samples,
+                            const CalibrationOptions& options) {
+  if (samples.empty()) fail<InvalidArgument>("calibration: the dataset has no samples");
+  const std::int64_t max_pos = lifecycle.model().config().max_position_embeddings;
+  std::int64_t total_tokens = 0;
+  for (const auto& s : samples) {
+    if (s.tokens.empty()) fail<InvalidArgument>("calibration: sample {} is empty", s.index);
+    if (static_cast<std::int64_t>(s.tokens.size()) > max_pos)
+      fail<InvalidArgument>(
+          "calibration: sample {} has {} tokens, beyond the model's max_position_embeddings {}",
+          s.index, s.tokens.size(), max_pos);
+    total_tokens += static_cast<std::int64_t>(s.tokens.size());
+  }
+
+  // Observers in the reference's order: q (impl) then k, v (kv_cache), per module.
+  std::vector<ObserverSlot> slots;
+  std::vector<model::ScopedHook> hooks;
+  for (const auto& sp : lifecycle.states()) {
+    QuantizedAttentionState& st = *sp;
+    if (st.args().is_dynamic()) continue;  // initialize_observer skips dynamic=True
+    for (char base : {'q', 'k', 'v'}) {
+      if (!st.param(base)) continue;
+      slots.push_back({&st, base, make_observer(st.args())});
+      Observer* obs = slots.back().observer.get();
+      auto hook = [obs](model::AttentionModule&, model::StatesView v) { obs->update(v); };
+      model::HookHandle h = base == 'q'   ? lifecycle.register_query_hook(st, hook)
+                            : base == 'k' ? lifecycle.register_key_hook(st, hook)
+                                          : lifecycle.register_value_hook(st, hook);
+      hooks.emplace_back(std::move(h));
+    }
+  }
+  // apply_calibration_status; the pipeline's DisableQuantization context.
+  lifecycle.set_status(quant::QuantizationStatus::kCalibration);
+  lifecycle.set_quantization_enabled(false);
+
+  CalibrationResult result;
+  ProgressBar bar("calibrate", total_tokens, "tok", !options.show_progress);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (const auto& s : samples) {
+      lifecycle.model().forward(s.tokens, model::LogitsMode::kLast);
+      bar.advance(static_cast<std::int64_t>(s.tokens.size()));
+    }
+  } catch (...) {
+    lifecycle.set_quantization_enabled(true);
+    throw;
+  }
+  bar.finish();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.samples = static_cast<std::int64_t>(samples.size());
+  result.tokens = total_tokens;
+  hooks.clear();  // end_calibration removes the calibration hooks
+
+  // update_qparams at the epoch end.
+  for (auto& slot : slots) {
+    QuantizedAttentionState& st = *slot.state;
+    auto& p = *st.param(slot.base);
+    if (!slot.observer->has_statistics())
+      fail<InvalidArgument>("calibration: observer {}.{}_observer never saw any states", st.name,
+                            slot.base);
+    const QParams qp = slot.observer->get_qparams();
+    CalibrationRecord rec;
+    rec.module = st.name;
+    rec.layer = st.module->layer_idx();
+    rec.base = slot.base;
+    rec.observations = slot.observer->num_updates();
+    for (std::size_t i = 0; i < qp.scale.size(); ++i) {
+      const float mn = std::min(slot.observer->min_vals()[i], 0.0f);
+      const float mx = std::max(slot.observer->max_vals()[i], 0.0f);
+      rec.absmax.push_back(std::max(std::fabs(mn), std::fabs(mx)));
+      const float s = round_to_dtype(qp.scale[i], p.scale_dtype);
+      if (!(std::isfinite(s) && s > 0.0f) || std::isnan(rec.absmax.back()) ||
+          std::isinf(rec.absmax.back()))
+        fail<InvalidArgument>(
+            "calibration: {}.{}_scale[{}] = {} from observed absmax {} (NaN/Inf states or a zero "
+            "scale)",
+            st.name, slot.base, i, s, rec.absmax.back());
+      p.scale[i] = s;
+      if (p.zero_point) (*p.zero_point)[i] = qp.zero_point[i];
+    }
+    rec.scale = p.scale;
+    result.records.push_back(std::move(rec));
+  }
+  lifecycle.check_scales("calibration");
+  lifecycle.set_status(quant::QuantizationStatus::kFrozen);  // freeze_module_quantization
+  lifecycle.set_quantization_enabled(true);                  // keep quantization enabled
+  return result;
+}
+
+void write_calibration_report_json(const CalibrationResult& result,
+                                   const QuantizationLifecycle& lifecycle,
+                                   const std::filesystem::path& path) {
+  nlohmann::ordered_json j;
+  j["samples"] = result.samples;
+  j["tokens"] = result.tokens;
+  j["seconds"] = result.seconds;
+  j["tokens_per_second"] = result.seconds > 0 ? result.tokens / result.seconds : 0.0;
+  if (auto c = lifecycle.config_from_model()) j["quantization_config"] = c->to_checkpoint_json();
+  auto& layers = j["records"] = nlohmann::ordered_json::array();
+  for (const auto& r : result.records) {
+    nlohmann::ordered_json e;
+    e["module"] = r.module;
+    e["layer"] = r.layer;
+    e["base"] = std::string(1, r.base);
+    e["observations"] = r.observations;
+    e["absmax"] = r.absmax;  // per head (attn_head) or one value (tensor)
+    e["scale"] = r.scale;
+    layers.push_back(std::move(e));
+  }
+  io::write_file_atomic(path, j.dump(2) + "\n");
+}
+
+void write_calibration_heatmap_png(const CalibrationResult& result,
+                                   const std::filesystem::path& path) {
+  // One panel per base present; rows = layers, columns = heads (1 for tensor scales).
+  std::vector<HeatmapPanel> panels;
+  for (char base : {'q', 'k', 'v'}) {
+    HeatmapPanel panel;
+    panel.title = std::string(1, base) + "_scale";
+    for (const auto& r : result.records)
+      if (r.base == base) panel.rows.push_back(r.scale);
+    if (!panel.rows.empty()) panels.push_back(std::move(panel));
+  }
+  if (panels.empty()) fail<InvalidArgument>("calibration heatmap: nothing was calibrated");
+  write_heatmap_png(panels, path);
+}
+
+}  // namespace kvq::lifecycle

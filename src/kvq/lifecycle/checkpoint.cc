@@ -1,0 +1,192 @@
+#include "kvq/lifecycle/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <regex>
+#include <set>
+
+#include "kvq/core/error.h"
+#include "kvq/core/float8.h"
+#include "kvq/core/log.h"
+#include "kvq/io/atomic_write.h"
+#include "kvq/io/json_file.h"
+#include "kvq/io/safetensors.h"
+#include "kvq/quant/recipe.h"
+
+namespace kvq::lifecycle {
+namespace fs = std::filesystem;
+namespace {
+
+// Files a model directory carries besides weights and config.json.
+const char* const kCopiedFiles[] = {"generation_config.json", "tokenizer.json",
+                                    "tokenizer_config.json",  "special_tokens_map.json",
+                                    "chat_template.jinja",    "vocab.json",
+                                    "merges.txt",             "added_tokens.json"};
+
+// "<module>.{q,k,v}_{scale,zero_point}" — attention qparams (stale ones are dropped on save).
+bool is_attention_qparam_name(const std::string& name) {
+  static const std::regex re(R"(.*\.[qkv]_(scale|zero_point)$)");
+  return std::regex_match(name, re);
+}
+
+Tensor encode(const std::vector<float>& values, const Shape& shape, DType dtype) {
+  Tensor t(dtype, shape);
+  auto* p = static_cast<std::uint8_t*>(t.mutable_data());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i];
+    switch (dtype) {
+      case DType::kF32: std::memcpy(p + 4 * i, &v, 4); break;
+      case DType::kF64: { const double d = v; std::memcpy(p + 8 * i, &d, 8); break; }
+      case DType::kBF16: { const std::uint16_t b = f32_to_bf16(v); std::memcpy(p + 2 * i, &b, 2); break; }
+      case DType::kF16: { const std::uint16_t b = f32_to_fp16(v); std::memcpy(p + 2 * i, &b, 2); break; }
+      case DType::kF8E4M3: p[i] = f32_to_e4m3(v); break;
+      case DType::kI8: { const auto b = static_cast<std::int8_t>(std::lround(v)); std::memcpy(p + i, &b, 1); break; }
+      case DType::kI16: { const auto b = static_cast<std::int16_t>(std::lround(v)); std::memcpy(p + 2 * i, &b, 2); break; }
+      case DType::kI32: { const auto b = static_cast<std::int32_t>(std::lround(v)); std::memcpy(p + 4 * i, &b, 4); break; }
+      default: fail<NotSupported>("cannot write a qparam as {}", dtype_name(dtype));
+    }
+  }
+  return t;
+}
+
+std::vector<float> decode(const Tensor& t, const std::string& what) {
+  const auto* p = static_cast<const std::uint8_t*>(t.data());
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    switch (t.dtype()) {
+      case DType::kF32: std::memcpy(&out[i], p + 4 * i, 4); break;
+      case DType::kF64: { double d; std::memcpy(&d, p + 8 * i, 8); out[i] = static_cast<float>(d); break; }
+      case DType::kBF16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = bf16_to_f32(b); break; }
+      case DType::kF16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = fp16_to_f32(b); break; }
+      case DType::kF8E4M3: out[i] = e4m3_to_f32(p[i]); break;
+      case DType::kI8: { std::int8_t b; std::memcpy(&b, p + i, 1); out[i] = b; break; }
+      case DType::kI16: { std::int16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = b; break; }
+      case DType::kI32: { std::int32_t b; std::memcpy(&b, p + 4 * i, 4); out[i] = static_cast<float>(b); break; }
+      default: fail<FormatError>("{}: unsupported dtype {}", what, dtype_name(t.dtype()));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+quant::QuantizationConfig checkpoint_config(const QuantizationLifecycle& lifecycle) {
+  auto config = lifecycle.config_from_model();
+  if (!config) fail<InvalidArgument>("save_pretrained: the model has no quantized module");
+  config->quantization_status = quant::QuantizationStatus::kCompressed;
+  for (auto& [name, scheme] : config->config_groups)
+    if (!scheme.format) scheme.format = quant::CompressionFormat::kDense;
+  config->format = "dense";
+  return *config;
+}
+
+quant::Json checkpoint_config_json(const QuantizationLifecycle& lifecycle) {
+  return checkpoint_config(lifecycle).to_checkpoint_json();
+}
+
+void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& source_model_dir,
+                     const fs::path& out_dir) {
+  lifecycle.check_scales("save_pretrained");
+  for (const std::string& w : lifecycle.export_warnings()) log::warn("export: {}", w);
+
+  const io::SafetensorsModel src = io::SafetensorsModel::open(source_model_dir);
+  io::SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
+  for (const std::string& name : src.names()) {
+    if (is_attention_qparam_name(name)) continue;
+    writer.add(name, src.tensor(name));
+  }
+  for (const auto& s : lifecycle.states())
+    for (char base : {'q', 'k', 'v'}) {
+      const auto& p = s->param(base);
+      if (!p) continue;
+      writer.add(p->tensor_name(s->name), encode(p->scale, p->shape, p->scale_dtype));
+      if (p->zero_point) writer.add(p->zp_tensor_name(s->name), encode(*p->zero_point, p->shape, p->zp_dtype));
+    }
+
+  quant::Json cfg = quant::Json::parse(io::read_json_file(source_model_dir / "config.json").dump());
+  cfg.erase("compression_config");
+  cfg["quantization_config"] = checkpoint_config_json(lifecycle);
+
+  io::AtomicDirectory dir(out_dir);
+  writer.write(dir.path() / "model.safetensors");
+  io::write_file_atomic(dir.path() / "config.json", quant::dump_sorted(cfg, 2) + "\n");
+  for (const char* f : kCopiedFiles)
+    if (fs::exists(source_model_dir / f)) {
+      std::error_code ec;
+      fs::copy_file(source_model_dir / f, dir.path() / f, ec);
+      if (ec) fail<IoError>("{}: cannot copy {}: {}", out_dir.string(), f, ec.message());
+    }
+  dir.commit();
+}
+
+std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
+                                                      const fs::path& model_dir) {
+  const fs::path config_path = model_dir / "config.json";
+  const nlohmann::json raw = io::read_json_file(config_path);
+  if (!raw.contains("quantization_config") && !raw.contains("compression_config"))
+    fail<ConfigError>("{}: no quantization_config: not a quantized checkpoint", config_path.string());
+  const quant::QuantizationConfig config = quant::parse_quantization_config(
+      quant::Json::parse(raw.dump()), config_path.string());
+  auto lc = apply_quantization_config(model, config);
+  const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
+
+  std::set<std::string> expected;
+  for (const auto& s : lc->states())
+    for (char base : {'q', 'k', 'v'}) {
+      auto& p = s->param(base);
+      if (!p) continue;
+      const std::string name = p->tensor_name(s->name);
+      expected.insert(name);
+      if (!st.contains(name))
+        fail<FormatError>("{}: tensor {} is missing (the quantization_config quantizes {} of {})",
+                          model_dir.string(), name, std::string(1, base), s->name);
+      const Tensor t = st.tensor(name);
+      if (t.shape() != p->shape)
+        fail<FormatError>("{}: tensor {} has shape {}, expected {} ({} strategy, {} heads)",
+                          model_dir.string(), name, shape_str(t.shape()), shape_str(p->shape),
+                          quant::to_string(s->args().strategy_or_tensor()), p->shape.front());
+      if (t.dtype() != p->scale_dtype)
+        fail<FormatError>("{}: tensor {} has dtype {}, expected the model dtype {}",
+                          model_dir.string(), name, dtype_name(t.dtype()), dtype_name(p->scale_dtype));
+      p->scale = decode(t, name);
+      for (std::size_t i = 0; i < p->scale.size(); ++i)
+        if (!(std::isfinite(p->scale[i]) && p->scale[i] > 0.0f))
+          fail<FormatError>("{}: tensor {}[{}] = {} is not a valid scale (finite, > 0)",
+                            model_dir.string(), name, i, p->scale[i]);
+      const std::string zp_name = p->zp_tensor_name(s->name);
+      if (st.contains(zp_name)) {
+        expected.insert(zp_name);
+        const Tensor z = st.tensor(zp_name);
+        if (z.shape() != p->shape)
+          fail<FormatError>("{}: tensor {} has shape {}, expected {}", model_dir.string(), zp_name,
+                            shape_str(z.shape()), shape_str(p->shape));
+        std::vector<float> zp = decode(z, zp_name);
+        if (p->zero_point)
+          p->zero_point = std::move(zp);
+        else if (std::any_of(zp.begin(), zp.end(), [](float v) { return v != 0.0f; }))
+          fail<FormatError>("{}: tensor {} holds non-zero zero points but the config is symmetric",
+                            model_dir.string(), zp_name);
+      }
+    }
+  for (const std::string& name : st.names())
+    if (is_attention_qparam_name(name) && !expected.count(name) &&
+        name.find("_zero_point") == std::string::npos)
+      fail<FormatError>("{}: tensor {} is not quantized by the checkpoint's quantization_config",
+                        model_dir.string(), name);
+  lc->set_status(config.quantization_status);
+  lc->set_quantization_enabled(true);
+  return lc;
+}
+
+QuantizedModel QuantizedModel::load(const fs::path& model_dir) {
+  QuantizedModel out;
+  out.model = model::LlamaModel::load(model_dir);
+  const nlohmann::json raw = io::read_json_file(model_dir / "config.json");
+  if (raw.contains("quantization_config") || raw.contains("compression_config"))
+    out.lifecycle = load_quantized(*out.model, model_dir);
+  return out;
+}
+
+}  // namespace kvq::lifecycle

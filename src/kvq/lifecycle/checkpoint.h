@@ -1,0 +1,52 @@
+// compressed-tensors checkpoints of attention / KV-cache quantization.
+//
+// save_pretrained writes, atomically (io::AtomicDirectory):
+//  - model.safetensors: every tensor of the source model directory in its stored dtype (stale
+//    q/k/v scales and zero points of a quantized source are replaced), plus
+//    `<attn>.{q,k,v}_scale` in the model dtype and `<attn>.{q,k,v}_zero_point` exactly where the
+//    lifecycle registered them (as compressed-tensors 0.19.0 saves module parameters);
+//  - config.json: the source config with `quantization_config` = checkpoint_config_json() (as
+//    ModelCompressor.update_config writes it: version "0.19.0", quant_method, sparsity_config {},
+//    transform_config {}, format "dense", status "compressed"), keys sorted;
+//  - tokenizer files and generation_config.json copied from the source.
+// load_quantized restores the quantization of a checkpoint saved by kvq or by llm-compressor.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "kvq/lifecycle/apply.h"
+#include "kvq/model/llama_model.h"
+
+namespace kvq::lifecycle {
+
+// The quantization_config a save writes: config_from_model() as compressed-tensors 0.19.0's
+// save path leaves it — ModelCompressor.compress_model sets quantization_status "compressed"
+// (even for attention-only models; verified on a checkpoint llmcompressor 0.14.0.1 saved, see
+// tests/data/lifecycle/lc_quantization_config_*.json) and infer_and_set_per_module_
+// quantization_format gives every config group format "dense".
+quant::QuantizationConfig checkpoint_config(const QuantizationLifecycle& lifecycle);
+// config.json's "quantization_config" object for it (dump with quant::dump_sorted).
+quant::Json checkpoint_config_json(const QuantizationLifecycle& lifecycle);
+
+// InvalidArgument when a scale is not calibrated (nothing is written then).
+void save_pretrained(const QuantizationLifecycle& lifecycle,
+                     const std::filesystem::path& source_model_dir,
+                     const std::filesystem::path& out_dir);
+
+// Applies model_dir/config.json's quantization_config to `model` (which must be the model of
+// that directory) and loads the q/k/v scales / zero points from its safetensors.
+// ConfigError when config.json has no quantization_config; FormatError naming the tensor when a
+// scale is missing, has the wrong shape or dtype, is not finite and > 0, or when the file holds
+// q/k/v scales for modules the config does not quantize.
+std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
+                                                      const std::filesystem::path& model_dir);
+
+// A model and its quantization loaded together (lifecycle is null for an unquantized dir).
+struct QuantizedModel {
+  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<QuantizationLifecycle> lifecycle;  // destroyed before the model
+  static QuantizedModel load(const std::filesystem::path& model_dir);
+};
+
+}  // namespace kvq::lifecycle

@@ -1,0 +1,109 @@
+#include "kvq/lifecycle/dataset.h"
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kvq/core/error.h"
+
+namespace kvq::lifecycle {
+namespace {
+
+std::string read_all(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail<IoError>("{}: cannot open the calibration dataset", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool looks_like_jsonl(const std::string& text) {
+  for (char c : text) {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+    return c == '{';
+  }
+  return false;
+}
+
+void truncate(std::vector<std::int32_t>& tokens, std::int64_t max_len) {
+  if (static_cast<std::int64_t>(tokens.size()) > max_len) tokens.resize(static_cast<std::size_t>(max_len));
+}
+
+}  // namespace
+
+std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::path& path,
+                                                        const tok::Tokenizer& tokenizer,
+                                                        const DatasetOptions& options) {
+  if (options.num_samples <= 0)
+    fail<InvalidArgument>("--num-calibration-samples must be positive (got {})", options.num_samples);
+  if (options.max_seq_length <= 0)
+    fail<InvalidArgument>("--max-seq-length must be positive (got {})", options.max_seq_length);
+  const std::string text = read_all(path);
+  DatasetFormat format = options.format;
+  const std::string ext = path.extension().string();
+  if (format == DatasetFormat::kAuto)
+    format = (ext == ".jsonl" || ext == ".json" || looks_like_jsonl(text)) ? DatasetFormat::kJsonlText
+                                                                          : DatasetFormat::kText;
+  std::vector<CalibrationSample> samples;
+  if (format == DatasetFormat::kText) {
+    const std::vector<std::int32_t> all = tokenizer.encode(text, /*add_special_tokens=*/false);
+    for (std::size_t b = 0, i = 0; b < all.size(); b += static_cast<std::size_t>(options.max_seq_length), ++i) {
+      const std::size_t e = std::min(all.size(), b + static_cast<std::size_t>(options.max_seq_length));
+      samples.push_back({static_cast<std::int64_t>(i), {all.begin() + static_cast<std::ptrdiff_t>(b),
+                                                        all.begin() + static_cast<std::ptrdiff_t>(e)}});
+    }
+  } else {
+    // JSONL: every line an object with "text", or "question" + "answer" (GSM8K).
+    std::istringstream lines(text);
+    std::string line;
+    std::int64_t lineno = 0, index = 0;
+    while (std::getline(lines, line)) {
+      ++lineno;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::parse_error& e) {
+        fail<FormatError>("{}:{}: invalid JSON: {}", path.string(), lineno, e.what());
+      }
+      if (!j.is_object()) fail<FormatError>("{}:{}: expected a JSON object", path.string(), lineno);
+      std::vector<std::int32_t> tokens;
+      if (j.contains("question") && j.contains("answer")) {
+        if (!j["question"].is_string() || !j["answer"].is_string())
+          fail<FormatError>("{}:{}: \"question\" and \"answer\" must be strings", path.string(), lineno);
+        const std::vector<tok::ChatMessage> msgs = {{"user", j["question"].get<std::string>()},
+                                                    {"assistant", j["answer"].get<std::string>()}};
+        const std::string rendered = tokenizer.apply_chat_template(msgs, /*add_generation_prompt=*/false);
+        tokens = tokenizer.encode(rendered, /*add_special_tokens=*/false);
+      } else if (j.contains("text")) {
+        if (!j["text"].is_string())
+          fail<FormatError>("{}:{}: \"text\" must be a string", path.string(), lineno);
+        tokens = tokenizer.encode(j["text"].get<std::string>(), false);
+      } else {
+        fail<FormatError>(
+            "{}:{}: a calibration JSONL line needs a \"text\" field or \"question\" + \"answer\"",
+            path.string(), lineno);
+      }
+      truncate(tokens, options.max_seq_length);
+      if (!tokens.empty()) samples.push_back({index, std::move(tokens)});
+      ++index;
+    }
+  }
+  if (samples.empty())
+    fail<InvalidArgument>("{}: the calibration dataset is empty (no non-empty samples)", path.string());
+  if (options.shuffle_seed) {
+    std::mt19937_64 rng(*options.shuffle_seed);
+    for (std::size_t i = samples.size() - 1; i > 0; --i) {
+      std::uniform_int_distribution<std::size_t> pick(0, i);
+      std::swap(samples[i], samples[pick(rng)]);
+    }
+  }
+  if (static_cast<std::int64_t>(samples.size()) > options.num_samples)
+    samples.resize(static_cast<std::size_t>(options.num_samples));
+  return samples;
+}
+
+}  // namespace kvq::lifecycle

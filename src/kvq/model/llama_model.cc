@@ -1,0 +1,328 @@
+#include "kvq/model/llama_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kvq/core/error.h"
+#include "kvq/kernels/cpu/attention.h"
+#include "kvq/kernels/cpu/linear.h"
+#include "kvq/kernels/ref/ref_kernels.h"
+#include "kvq/model/rope.h"
+
+namespace kvq::model {
+
+struct LlamaModel::Layer {
+  AttentionModule* attn = nullptr;
+  const float* wq = nullptr;         // [heads * head_dim, hidden]
+  const float* wk = nullptr;         // [kv_heads * head_dim, hidden]
+  const float* wv = nullptr;         // [kv_heads * head_dim, hidden]
+  const float* wo = nullptr;         // [hidden, heads * head_dim]
+  const float* w_gate = nullptr;     // [intermediate, hidden]
+  const float* w_up = nullptr;       // [intermediate, hidden]
+  const float* w_down = nullptr;     // [hidden, intermediate]
+  const float* in_norm = nullptr;    // [hidden]
+  const float* post_norm = nullptr;  // [hidden]
+};
+
+namespace {
+
+// The tensor `name` as fp32 with the expected shape; F32 stays a zero-copy view.
+Tensor take_weight(const std::map<std::string, Tensor>& weights, const std::string& name,
+                   const Shape& shape, const std::string& source) {
+  auto it = weights.find(name);
+  if (it == weights.end()) fail<ConfigError>("{}: missing tensor '{}'", source, name);
+  const Tensor& t = it->second;
+  if (t.shape() != shape) {
+    fail<ConfigError>("{}: tensor '{}' has shape {}, the config implies {}", source, name,
+                      shape_str(t.shape()), shape_str(shape));
+  }
+  if (!dtype_is_float(t.dtype())) {
+    fail<FormatError>("{}: tensor '{}' has dtype {}, expected a float type", source, name,
+                      dtype_name(t.dtype()));
+  }
+  return t.dtype() == DType::kF32 ? t : t.to_f32();
+}
+
+void validate_config(const io::ModelConfig& c, const std::string& source) {
+  if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers <= 0 ||
+      c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
+      c.vocab_size <= 0) {
+    fail<ConfigError>(
+        "{}: hidden_size, intermediate_size, num_hidden_layers, heads, head_dim "
+        "and vocab_size must all be > 0",
+        source);
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    fail<ConfigError>("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                      source, c.num_attention_heads, c.num_key_value_heads);
+  }
+  if (c.attention_bias || c.mlp_bias) {
+    fail<NotSupported>("{}: attention_bias / mlp_bias are not supported", source);
+  }
+}
+
+std::unique_ptr<Module> make_module(std::string name, std::vector<std::string> classes) {
+  return std::make_unique<Module>(std::move(name), std::move(classes));
+}
+
+}  // namespace
+
+LlamaModel::~LlamaModel() = default;
+
+std::unique_ptr<LlamaModel> LlamaModel::from_weights(const io::ModelConfig& config,
+                                                     const std::map<std::string, Tensor>& weights,
+                                                     std::string source_name) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->build(config, weights, source_name);
+  return m;
+}
+
+void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
+                       const std::string& source) {
+  validate_config(config, source);
+  config_ = config;
+  inv_freq_ = rope_inv_freq(config);
+  const std::int64_t hid = config.hidden_size, inter = config.intermediate_size;
+  const std::int64_t d = config.head_dim;
+  const std::int64_t qdim = config.num_attention_heads * d, kvdim = config.num_key_value_heads * d;
+
+  auto linear = [&](Module* parent, const std::string& name, const Shape& shape) {
+    Module* m = parent->add_child(make_module(name, linear_classes()));
+    m->set_weight(take_weight(weights, name + ".weight", shape, source));
+    return m;
+  };
+  auto rms_norm = [&](Module* parent, const std::string& name) {
+    Module* m = parent->add_child(make_module(name, rms_norm_classes()));
+    m->set_weight(take_weight(weights, name + ".weight", {hid}, source));
+    return m;
+  };
+
+  root_ = make_module("", causal_lm_classes());
+  Module* model = root_->add_child(make_module("model", llama_model_classes()));
+  embed_ = model->add_child(make_module("model.embed_tokens", embedding_classes()));
+  embed_->set_weight(
+      take_weight(weights, "model.embed_tokens.weight", {config.vocab_size, hid}, source));
+  Module* list = model->add_child(make_module("model.layers", module_list_classes()));
+  layers_.resize(static_cast<std::size_t>(config.num_hidden_layers));
+  for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    Layer& L = layers_[static_cast<std::size_t>(l)];
+    Module* layer = list->add_child(make_module(p, decoder_layer_classes()));
+    L.attn = layer->add_child(std::make_unique<AttentionModule>(
+        p + ".self_attn", l, config.num_attention_heads, config.num_key_value_heads, d));
+    L.wq = linear(L.attn, p + ".self_attn.q_proj", {qdim, hid})->weight().f32();
+    L.wk = linear(L.attn, p + ".self_attn.k_proj", {kvdim, hid})->weight().f32();
+    L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid})->weight().f32();
+    L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim})->weight().f32();
+    Module* mlp = layer->add_child(make_module(p + ".mlp", mlp_classes()));
+    L.w_gate = linear(mlp, p + ".mlp.gate_proj", {inter, hid})->weight().f32();
+    L.w_up = linear(mlp, p + ".mlp.up_proj", {inter, hid})->weight().f32();
+    L.w_down = linear(mlp, p + ".mlp.down_proj", {hid, inter})->weight().f32();
+    mlp->add_child(make_module(p + ".mlp.act_fn", silu_classes()));
+    L.in_norm = rms_norm(layer, p + ".input_layernorm")->weight().f32();
+    L.post_norm = rms_norm(layer, p + ".post_attention_layernorm")->weight().f32();
+  }
+  norm_ = rms_norm(model, "model.norm");
+  model->add_child(make_module("model.rotary_emb", rotary_embedding_classes()));
+  lm_head_ = root_->add_child(make_module("lm_head", linear_classes()));
+  if (config.tie_word_embeddings) {
+    lm_head_->set_weight(embed_->weight());
+  } else {
+    lm_head_->set_weight(take_weight(weights, "lm_head.weight", {config.vocab_size, hid}, source));
+  }
+}
+
+Module* LlamaModel::find_module(std::string_view name) {
+  for (Module* m : root_->named_modules()) {
+    if (m->name() == name) return m;
+  }
+  return nullptr;
+}
+
+AttentionModule& LlamaModel::attention(std::int64_t layer) {
+  if (layer < 0 || layer >= static_cast<std::int64_t>(layers_.size())) {
+    fail<InvalidArgument>("layer {} out of range (model has {})", layer, layers_.size());
+  }
+  return *layers_[static_cast<std::size_t>(layer)].attn;
+}
+
+std::vector<AttentionModule*> LlamaModel::attention_modules() {
+  std::vector<AttentionModule*> out;
+  for (Layer& L : layers_) out.push_back(L.attn);
+  return out;
+}
+
+KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity, KvStorage storage) const {
+  return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
+                 capacity, storage);
+}
+
+std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                   KvCache& cache) {
+  const io::ModelConfig& c = config_;
+  if (batch <= 0 || tokens.empty() || static_cast<std::int64_t>(tokens.size()) % batch != 0) {
+    fail<InvalidArgument>("forward: {} tokens do not form {} equal non-empty sequences",
+                          tokens.size(), batch);
+  }
+  const std::int64_t S = static_cast<std::int64_t>(tokens.size()) / batch;
+  if (cache.batch() != batch || cache.layers() != c.num_hidden_layers ||
+      cache.kv_heads() != c.num_key_value_heads || cache.head_dim() != c.head_dim) {
+    fail<InvalidArgument>(
+        "forward: KV cache (batch {}, layers {}, kv_heads {}, head_dim {}) does not fit the model "
+        "and batch {}",
+        cache.batch(), cache.layers(), cache.kv_heads(), cache.head_dim(), batch);
+  }
+  const std::int64_t past = cache.length();
+  if (past + S > cache.capacity()) {
+    fail<InvalidArgument>("forward: {} cached + {} new tokens exceed the KV cache capacity {}",
+                          past, S, cache.capacity());
+  }
+  for (std::int32_t t : tokens) {
+    if (t < 0 || t >= c.vocab_size) {
+      fail<InvalidArgument>("forward: token id {} out of range [0, {})", t, c.vocab_size);
+    }
+  }
+  const std::int64_t hid = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
+  const std::int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  const std::int64_t rows = batch * S;
+  const auto n = [](std::int64_t v) { return static_cast<std::size_t>(v); };
+
+  std::vector<float> x(n(rows * hid));  // [batch * S, hidden] residual stream
+  const float* emb = embed_->weight().f32();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::memcpy(x.data() + r * hid, emb + static_cast<std::int64_t>(tokens[n(r)]) * hid,
+                n(hid) * sizeof(float));
+  }
+  const RopeTable rope = rope_table(inv_freq_, past, S);
+  std::vector<float> h(n(rows * hid));       // [batch * S, hidden] normed
+  std::vector<float> qp(n(rows * H * d));    // [batch * S, heads * head_dim]
+  std::vector<float> kp(n(rows * Hkv * d));  // [batch * S, kv_heads * head_dim]
+  std::vector<float> vp(n(rows * Hkv * d));
+  std::vector<float> q(n(rows * H * d));    // [batch, heads, S, head_dim]
+  std::vector<float> k(n(rows * Hkv * d));  // [batch, kv_heads, S, head_dim]
+  std::vector<float> v(n(rows * Hkv * d));
+  std::vector<float> attn_out(n(rows * H * d));                   // [batch, S, heads, head_dim]
+  std::vector<float> o(n(rows * hid));                            // [batch * S, hidden]
+  std::vector<float> gate(n(rows * inter)), up(n(rows * inter));  // [batch * S, intermediate]
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+
+  // [batch * S, heads * d] → [batch, heads, S, d], RoPE applied when `rotate`.
+  auto to_heads = [&](const std::vector<float>& src, std::vector<float>& dst, std::int64_t heads,
+                      bool rotate) {
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t hh = 0; hh < heads; ++hh) {
+        for (std::int64_t s = 0; s < S; ++s) {
+          float* out = dst.data() + ((b * heads + hh) * S + s) * d;
+          std::memcpy(out, src.data() + ((b * S + s) * heads + hh) * d, n(d) * sizeof(float));
+          if (rotate) kernels::ref::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
+        }
+      }
+    }
+  };
+
+  std::vector<kernels::KvRowsView> kviews(n(Hkv)), vviews(n(Hkv));
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& L = layers_[n(l)];
+    kernels::ref::rmsnorm(x.data(), L.in_norm, h.data(), rows, hid, eps);
+    kernels::linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
+    kernels::linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
+    kernels::linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
+    to_heads(qp, q, H, true);
+    to_heads(kp, k, Hkv, true);
+    to_heads(vp, v, Hkv, false);
+
+    StatesView qs{q.data(), batch, H, S, d, past};
+    StatesView ks{k.data(), batch, Hkv, S, d, past};
+    StatesView vs{v.data(), batch, Hkv, S, d, past};
+    L.attn->run_key_value_hooks(ks, vs);
+    cache.keys(l).write(past, S, k.data());
+    cache.values(l).write(past, S, v.data());
+    L.attn->run_query_hooks(qs);
+
+    kernels::AttentionParams ap{H, Hkv, d, S, past, scale};
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t hh = 0; hh < Hkv; ++hh) {
+        kviews[n(hh)] = cache.keys(l).rows(b, hh);
+        vviews[n(hh)] = cache.values(l).rows(b, hh);
+      }
+      kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
+                         attn_out.data() + b * S * H * d);
+    }
+    kernels::linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+
+    kernels::ref::rmsnorm(x.data(), L.post_norm, h.data(), rows, hid, eps);
+    kernels::linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
+    kernels::linear(h.data(), L.w_up, up.data(), rows, inter, hid);
+#pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
+    for (std::int64_t r = 0; r < rows; ++r) {
+      kernels::ref::swiglu(gate.data() + r * inter, up.data() + r * inter, gate.data() + r * inter,
+                           inter);
+    }
+    kernels::linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+  }
+  cache.advance(S);
+  kernels::ref::rmsnorm(x.data(), norm_->weight().f32(), h.data(), rows, hid, eps);
+  return h;
+}
+
+void LlamaModel::compute_logits(const float* hidden, std::int64_t rows, float* logits) const {
+  kernels::linear(hidden, lm_head_->weight().f32(), logits, rows, config_.vocab_size,
+                  config_.hidden_size);
+}
+
+Tensor LlamaModel::logits_for(const std::vector<float>& hidden, std::int64_t batch,
+                              std::int64_t seq, LogitsMode mode) const {
+  const std::int64_t hid = config_.hidden_size, vocab = config_.vocab_size;
+  if (mode == LogitsMode::kAll) {
+    Tensor out(DType::kF32, {batch, seq, vocab});
+    compute_logits(hidden.data(), batch * seq, out.f32());
+    return out;
+  }
+  std::vector<float> last(static_cast<std::size_t>(batch * hid));  // [batch, hidden]
+  for (std::int64_t b = 0; b < batch; ++b) {
+    std::memcpy(last.data() + b * hid, hidden.data() + (b * seq + seq - 1) * hid,
+                static_cast<std::size_t>(hid) * sizeof(float));
+  }
+  Tensor out(DType::kF32, {batch, 1, vocab});
+  compute_logits(last.data(), batch, out.f32());
+  return out;
+}
+
+Tensor LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                 KvCache& cache, LogitsMode mode) {
+  const std::vector<float> hidden = run(tokens, batch, cache);
+  return logits_for(hidden, batch, static_cast<std::int64_t>(tokens.size()) / batch, mode);
+}
+
+Tensor LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                 LogitsMode mode) {
+  if (batch <= 0 || tokens.empty() || static_cast<std::int64_t>(tokens.size()) % batch != 0) {
+    fail<InvalidArgument>("forward: {} tokens do not form {} equal non-empty sequences",
+                          tokens.size(), batch);
+  }
+  // use_cache=false takes the same numerical route through a scratch cache of exactly S rows.
+  KvCache scratch = make_cache(batch, static_cast<std::int64_t>(tokens.size()) / batch);
+  return forward_batch(tokens, batch, scratch, mode);
+}
+
+Tensor LlamaModel::forward(std::span<const std::int32_t> tokens, KvCache& cache, LogitsMode mode) {
+  Tensor t = forward_batch(tokens, 1, cache, mode);
+  return t.reshape({t.dim(1), t.dim(2)});
+}
+
+Tensor LlamaModel::forward(std::span<const std::int32_t> tokens, LogitsMode mode) {
+  Tensor t = forward_batch(tokens, 1, mode);
+  return t.reshape({t.dim(1), t.dim(2)});
+}
+
+Tensor LlamaModel::forward_hidden(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                  KvCache& cache) {
+  const std::vector<float> hidden = run(tokens, batch, cache);
+  const std::int64_t seq = static_cast<std::int64_t>(tokens.size()) / batch;
+  return Tensor::from_f32({batch, seq, config_.hidden_size}, hidden);
+}
+
+}  // namespace kvq::model

@@ -1,0 +1,100 @@
+// LlamaForCausalLM forward pass in fp32, with hookable attention and an appendable KV cache.
+//
+// Math (transformers' modeling_llama): embed → per layer [x += o_proj(attn(rope(q), rope(k), v))
+// of input_layernorm(x); x += down(silu(gate(h)) * up(h)) of post_attention_layernorm(x)] → norm
+// → lm_head (tied to embed_tokens when tie_word_embeddings). RMSNorm y = w · (x · rsqrt(mean(x²)
+// + eps)); RoPE rotate-half; GQA causal softmax attention with scale 1/sqrt(head_dim).
+//
+// Every forward appends its tokens to the cache at the cache's current length: prefill of a
+// prompt and token-by-token decode are the same call. Weights are the modules' weight tensors
+// (fp32; F32 checkpoint tensors stay zero-copy over the mmap, others are converted once).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvq/core/tensor.h"
+#include "kvq/io/model_config.h"
+#include "kvq/model/attention.h"
+#include "kvq/model/kv_cache.h"
+#include "kvq/model/module.h"
+
+namespace kvq::model {
+
+enum class LogitsMode {
+  kLast,  // logits of the last position of each sequence: [batch, 1, vocab]
+  kAll,   // every position: [batch, S, vocab]
+};
+
+class LlamaModel {
+ public:
+  // Reads model_dir/config.json and the safetensors weights. ConfigError / FormatError naming
+  // the directory and tensor when something is missing or has the wrong shape.
+  static std::unique_ptr<LlamaModel> load(const std::filesystem::path& model_dir);
+  // From HF-named tensors ("model.layers.0.self_attn.q_proj.weight", ...); any float dtype.
+  // "lm_head.weight" may be absent when config.tie_word_embeddings.
+  static std::unique_ptr<LlamaModel> from_weights(const io::ModelConfig& config,
+                                                  const std::map<std::string, Tensor>& weights,
+                                                  std::string source_name = "weights");
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const io::ModelConfig& config() const { return config_; }
+
+  // The module tree ("" LlamaForCausalLM, "model", ..., "lm_head") and lookups.
+  Module& root() { return *root_; }
+  const Module& root() const { return *root_; }
+  std::vector<Module*> named_modules() { return root_->named_modules(); }
+  Module* find_module(std::string_view name);  // nullptr when absent
+  AttentionModule& attention(std::int64_t layer);
+  std::vector<AttentionModule*> attention_modules();
+
+  // A cache for `batch` sequences of up to `capacity` tokens.
+  KvCache make_cache(std::int64_t batch, std::int64_t capacity,
+                     KvStorage storage = KvStorage::kF32) const;
+
+  // One sequence (cache batch must be 1): appends tokens at cache.length(). Logits [S or 1,
+  // vocab]. InvalidArgument on an empty input, a bad token id or a full cache.
+  Tensor forward(std::span<const std::int32_t> tokens, KvCache& cache,
+                 LogitsMode mode = LogitsMode::kLast);
+  // use_cache=false: attention over these tokens only (hooks still fire). [S or 1, vocab].
+  Tensor forward(std::span<const std::int32_t> tokens, LogitsMode mode = LogitsMode::kAll);
+  // `batch` equal-length sequences: tokens [batch, S] row-major; cache batch must match.
+  // Logits [batch, S or 1, vocab].
+  Tensor forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch, KvCache& cache,
+                       LogitsMode mode = LogitsMode::kLast);
+  Tensor forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
+                       LogitsMode mode = LogitsMode::kAll);
+
+  // The final-norm hidden states [batch, S, hidden] without the lm_head, for callers that turn
+  // them into logits a chunk at a time (perplexity over long windows).
+  Tensor forward_hidden(std::span<const std::int32_t> tokens, std::int64_t batch, KvCache& cache);
+  // logits [rows, vocab] = hidden [rows, hidden] · lm_headᵀ.
+  void compute_logits(const float* hidden, std::int64_t rows, float* logits) const;
+
+ private:
+  struct Layer;
+  LlamaModel() = default;
+  void build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
+             const std::string& source_name);
+  // Runs the decoder stack; returns final-norm hidden states [batch * S, hidden].
+  std::vector<float> run(std::span<const std::int32_t> tokens, std::int64_t batch, KvCache& cache);
+  Tensor logits_for(const std::vector<float>& hidden, std::int64_t batch, std::int64_t seq,
+                    LogitsMode mode) const;
+
+  io::ModelConfig config_;
+  std::vector<float> inv_freq_;
+  std::unique_ptr<Module> root_;
+  Module* embed_ = nullptr;
+  Module* norm_ = nullptr;
+  Module* lm_head_ = nullptr;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace kvq::model

@@ -1,0 +1,321 @@
+#include "kvq/quant/recipe.h"
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "kvq/core/error.h"
+#include "kvq/quant/json_util.h"
+
+namespace kvq::quant {
+namespace {
+
+Json yaml_scalar(const YAML::Node& node) {
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;  // quoted: always a string
+  // PyYAML (YAML 1.1) resolver for plain scalars.
+  static const std::regex kNull("^(~|null|Null|NULL|)$");
+  static const std::regex kTrue("^(yes|Yes|YES|true|True|TRUE|on|On|ON)$");
+  static const std::regex kFalse("^(no|No|NO|false|False|FALSE|off|Off|OFF)$");
+  static const std::regex kInt("^[-+]?(0|[1-9][0-9_]*)$");
+  static const std::regex kFloat(
+      "^[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?$|^[-+]?\\.(inf|Inf|INF)$|^\\.(nan|NaN|NAN)"
+      "$");
+  if (std::regex_match(text, kNull)) return nullptr;
+  if (std::regex_match(text, kTrue)) return true;
+  if (std::regex_match(text, kFalse)) return false;
+  if (std::regex_match(text, kInt)) {
+    std::string digits = text;
+    digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
+    try {
+      return std::stoll(digits);
+    } catch (const std::exception&) {
+      return text;
+    }
+  }
+  if (std::regex_match(text, kFloat) && text != ".") {
+    std::string digits = text;
+    digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
+    try {
+      return std::stod(digits);
+    } catch (const std::exception&) {
+      return text;
+    }
+  }
+  return text;
+}
+
+Json yaml_node_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar:
+      return yaml_scalar(node);
+    case YAML::NodeType::Sequence: {
+      Json out = Json::array();
+      for (const auto& item : node) out.push_back(yaml_node_to_json(item));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      Json out = Json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> targets_list(const Json& value, const std::string& where) {
+  std::vector<std::string> out;
+  if (value.is_string()) return {value.get<std::string>()};
+  if (!value.is_array()) fail<ConfigError>("{}: Input should be a valid list", where);
+  for (const Json& t : value) {
+    if (!t.is_string()) fail<ConfigError>("{}: Input should be a valid string", where);
+    out.push_back(t.get<std::string>());
+  }
+  return out;
+}
+
+constexpr const char* kSchemeMessage =
+    "`scheme` must either be a preset scheme name or a dictionary of preset scheme names";
+
+QuantizationConfig resolve_quantization_modifier(const Json& mod, const std::string& where) {
+  static const char* kFields[] = {"config_groups",   "targets",
+                                  "ignore",          "scheme",
+                                  "kv_cache_scheme", "weight_observer",
+                                  "input_observer",  "output_observer",
+                                  "observer",        "bypass_divisibility_checks",
+                                  "index",           "group",
+                                  "start",           "end",
+                                  "update",          "requires_calibration_data",
+                                  "initialized_",    "finalized_",
+                                  "started_",        "ended_"};
+  if (!mod.is_object()) fail<ConfigError>("{}: Input should be a valid dictionary", where);
+  for (const auto& [key, value] : mod.items()) {
+    if (std::find_if(std::begin(kFields), std::end(kFields),
+                     [&](const char* f) { return key == f; }) == std::end(kFields))
+      fail<ConfigError>("{}: {}: Extra inputs are not permitted", where, key);
+  }
+  auto get = [&](const char* key) -> const Json* {
+    auto it = mod.find(key);
+    return (it == mod.end() || it->is_null()) ? nullptr : &*it;
+  };
+  std::vector<std::string> targets = {"Linear"};
+  if (const Json* t = get("targets")) targets = targets_list(*t, where + ": targets");
+  std::vector<std::string> ignore;
+  if (const Json* t = get("ignore")) ignore = targets_list(*t, where + ": ignore");
+
+  // scheme: validated in field order, before config_groups is looked at.
+  std::vector<std::pair<std::string, std::vector<std::string>>> scheme;  // preset -> targets
+  const Json* scheme_json = get("scheme");
+  if (scheme_json) {
+    if (scheme_json->is_string()) {
+      if (!is_preset_scheme(scheme_json->get<std::string>()))
+        fail<ConfigError>("{}: scheme: {}", where, kSchemeMessage);
+    } else if (scheme_json->is_object()) {
+      for (const auto& [name, value] : scheme_json->items()) {
+        if (!is_preset_scheme(name)) fail<ConfigError>("{}: scheme: {}", where, kSchemeMessage);
+        scheme.emplace_back(name, targets_list(value, where + ": scheme." + name));
+      }
+    } else {
+      fail<ConfigError>("{}: scheme: Input should be a valid string or dictionary", where);
+    }
+  }
+  std::optional<std::vector<std::pair<std::string, QuantizationScheme>>> groups;
+  if (const Json* g = get("config_groups")) {
+    if (!g->is_object())
+      fail<ConfigError>("{}: config_groups: Input should be a valid dictionary", where);
+    groups.emplace();
+    for (const auto& [name, value] : g->items())
+      groups->emplace_back(name, QuantizationScheme::from_json(
+                                     value, fmt::format("{}: config_groups.{}", where, name)));
+  }
+  std::optional<QuantizationArgs> kv;
+  if (const Json* k = get("kv_cache_scheme"))
+    kv = QuantizationArgs::from_json(*k, where + ": kv_cache_scheme");
+
+  std::optional<std::string> weight_obs, input_obs, output_obs;
+  for (auto [key, dst] :
+       {std::pair{"weight_observer", &weight_obs}, std::pair{"input_observer", &input_obs},
+        std::pair{"output_observer", &output_obs}}) {
+    if (const Json* o = get(key)) {
+      if (!o->is_string()) fail<ConfigError>("{}: {}: Input should be a valid string", where, key);
+      *dst = o->get<std::string>();
+    }
+  }
+  const Json* observer_dict = get("observer");
+  if (observer_dict) {
+    if (!observer_dict->is_object())
+      fail<ConfigError>("{}: observer: `observer` must be a dictionary", where);
+    for (const auto& [key, value] : observer_dict->items()) {
+      if (key != "weights" && key != "input" && key != "output")
+        fail<ConfigError>(
+            "{}: observer: Invalid observer key '{}'. Valid keys are: {{'weights', 'input', "
+            "'output'}}",
+            where, key);
+      if (!value.is_string())
+        fail<ConfigError>("{}: observer: Observer value for '{}' must be a string", where, key);
+    }
+  }
+
+  auto apply_overrides = [&](QuantizationScheme& s) {
+    if ((weight_obs || input_obs || output_obs) && observer_dict)
+      fail<ConfigError>(
+          "{}: Cannot specify both individual observer parameters (weight_observer, "
+          "input_observer, output_observer) and observer dict. Please use either individual "
+          "parameters or the observer dict.",
+          where);
+    auto w = weight_obs, i = input_obs, o = output_obs;
+    if (observer_dict) {
+      if (auto f = observer_dict->find("weights"); f != observer_dict->end())
+        w = f->get<std::string>();
+      if (auto f = observer_dict->find("input"); f != observer_dict->end())
+        i = f->get<std::string>();
+      if (auto f = observer_dict->find("output"); f != observer_dict->end())
+        o = f->get<std::string>();
+    }
+    auto update = [](std::optional<QuantizationArgs>& args, const std::optional<std::string>& obs,
+                     const char* default_obs) {
+      if (!args) return;
+      if (!obs) {
+        // 0.19 args never infer an observer, so a non-null one was set explicitly.
+        if (args->observer) return;
+        args->observer = args->dynamic == DynamicType::kTrue
+                             ? std::nullopt
+                             : std::optional<std::string>(default_obs);
+      } else {
+        args->observer = obs;
+      }
+    };
+    update(s.weights, w, "memoryless_minmax");
+    update(s.input_activations, i, "minmax");
+    update(s.output_activations, o, "minmax");
+  };
+
+  if (scheme_json && groups)
+    fail<ConfigError>("{}: Please specify either `scheme` or `config_groups`", where);
+  QuantizationConfig config;
+  if (scheme_json) {
+    if (scheme_json->is_string()) scheme.emplace_back(scheme_json->get<std::string>(), targets);
+    for (std::size_t idx = 0; idx < scheme.size(); ++idx) {
+      QuantizationScheme s = preset_name_to_scheme(scheme[idx].first, scheme[idx].second);
+      apply_overrides(s);
+      config.config_groups.emplace_back(fmt::format("group_{}", idx), std::move(s));
+    }
+  } else if (groups && !groups->empty()) {
+    for (auto& [name, s] : *groups) apply_overrides(s);
+    config.config_groups = std::move(*groups);
+  }
+  if (config.config_groups.empty()) {
+    QuantizationScheme s;
+    s.targets = targets;
+    apply_overrides(s);
+    config.config_groups.emplace_back("group_0", std::move(s));
+  }
+  config.kv_cache_scheme = kv;
+  config.ignore = ignore;
+  return config;
+}
+
+}  // namespace
+
+Json yaml_to_json(std::string_view text, std::string_view source_name) {
+  try {
+    return yaml_node_to_json(YAML::Load(std::string(text)));
+  } catch (const YAML::Exception& e) {
+    fail<FormatError>("{}:{}:{}: invalid YAML: {}", source_name, e.mark.line + 1, e.mark.column + 1,
+                      e.msg);
+  }
+}
+
+QuantizationConfig parse_recipe(std::string_view text, std::string_view source_name) {
+  Json root;
+  try {
+    root = Json::parse(text);
+  } catch (const nlohmann::json::parse_error&) {
+    root = yaml_to_json(text, source_name);
+  }
+  return resolve_recipe(root, source_name);
+}
+
+QuantizationConfig resolve_recipe(const Json& root, std::string_view source_name) {
+  if (!root.is_object())
+    fail<FormatError>("{}: could not parse recipe: expected a mapping of stages", source_name);
+  std::optional<QuantizationConfig> result;
+  for (const auto& [stage_key, stage] : root.items()) {
+    if (!stage_key.ends_with("_stage") || !stage.is_object()) continue;
+    for (const auto& [group_key, group] : stage.items()) {
+      if (!group_key.ends_with("_modifiers") || !group.is_object()) continue;
+      for (const auto& [mod_type, mod_args] : group.items()) {
+        const std::string where =
+            fmt::format("{}: {}.{}.{}", source_name, stage_key, group_key, mod_type);
+        if (mod_type != "QuantizationModifier")
+          fail<NotSupported>(
+              "{}: modifier type {} is not supported (kvq implements "
+              "QuantizationModifier only)",
+              where, mod_type);
+        if (result) fail<NotSupported>("{}: more than one QuantizationModifier in a recipe", where);
+        result = resolve_quantization_modifier(mod_args, where);
+      }
+    }
+  }
+  if (!result)
+    fail<ConfigError>(
+        "{}: the recipe has no QuantizationModifier (expected "
+        "<name>_stage: {{<name>_modifiers: {{QuantizationModifier: ...}}}})",
+        source_name);
+  return *result;
+}
+
+namespace {
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail<IoError>("{}: cannot open file", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+QuantizationConfig load_recipe(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  const std::string ext = path.extension().string();
+  if (ext == ".json") {
+    try {
+      const Json parsed = Json::parse(text);
+      return resolve_recipe(parsed, path.string());
+    } catch (const nlohmann::json::parse_error& e) {
+      fail<FormatError>("{}: invalid JSON: {}", path.string(), e.what());
+    }
+  }
+  return parse_recipe(text, path.string());
+}
+
+QuantizationConfig parse_quantization_config(const Json& config_json,
+                                             std::string_view source_name) {
+  if (!config_json.is_object()) fail<FormatError>("{}: expected a JSON object", source_name);
+  for (const char* key : {"quantization_config", "compression_config"}) {
+    if (auto it = config_json.find(key); it != config_json.end())
+      return QuantizationConfig::from_json(*it, fmt::format("{}: {}", source_name, key));
+  }
+  if (config_json.contains("config_groups"))
+    return QuantizationConfig::from_json(config_json, source_name);
+  fail<ConfigError>("{}: no quantization_config in this config", source_name);
+}
+
+QuantizationConfig load_quantization_config(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  Json json;
+  try {
+    json = Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail<FormatError>("{}: invalid JSON: {}", path.string(), e.what());
+  }
+  return parse_quantization_config(json, path.string());
+}
+
+}  // namespace kvq::quant

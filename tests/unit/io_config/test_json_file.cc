@@ -1,0 +1,34 @@
+// JSON files: errors name the file and the position; dumps are stable.
+#include <gtest/gtest.h>
+
+#include "../io_safetensors/io_test_util.h"
+#include "kvq/io/json_file.h"
+#include "support/test_paths.h"
+
+namespace kvq::io {
+namespace {
+
+TEST(JsonFile, ReadsAndReportsPosition) {
+  kvq::test::TempDir dir;
+  kvq::test::write_bytes(dir / "ok.json", R"({"a": [1, 2.5, "x"]})");
+  EXPECT_EQ(read_json_file(dir / "ok.json")["a"][1].get<double>(), 2.5);
+
+  kvq::test::write_bytes(dir / "bad.json", "{\n  \"a\": 1,\n  \"b\": ]\n}\n");
+  EXPECT_THROW_MSG(read_json_file(dir / "bad.json"), FormatError,
+                   (dir / "bad.json").string() + ": invalid JSON at line 3, column 8: ");
+  EXPECT_THROW_MSG(read_json_file(dir / "missing.json"), IoError, "missing.json");
+  EXPECT_THROW_MSG(parse_json("", "empty.json"), FormatError, "empty.json: invalid JSON at line 1");
+}
+
+TEST(JsonFile, DumpIsStableWithTrailingNewline) {
+  const auto j = parse_json(R"({"b": 1, "a": {"y": [1, 2], "x": 0.1}})", "t");
+  EXPECT_EQ(dump_json(j),
+            "{\n  \"a\": {\n    \"x\": 0.1,\n    \"y\": [\n      1,\n      2\n    ]\n  },\n  "
+            "\"b\": 1\n}\n");
+  EXPECT_EQ(dump_json(j, -1), R"({"a":{"x":0.1,"y":[1,2]},"b":1})"
+                              "\n");
+  EXPECT_EQ(parse_json(dump_json(j), "round trip"), j);
+}
+
+}  // namespace
+}  // namespace kvq::io

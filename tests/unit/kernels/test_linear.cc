@@ -1,0 +1,120 @@
+// Fast Linear kernels (GEMV at every ISA level this CPU has, OpenBLAS sgemm) against the scalar
+// reference.
+//
+// Tolerance: both sides sum the same k products in fp32, in different orders. The reordering
+// error of a length-k fp32 sum is bounded by ~k·2⁻²⁴·Σ|terms| and is ~√k·2⁻²⁴·Σ|terms| for
+// random data; we allow 1e-5·Σ|w·x| (≥ 4× the typical error at k = 1536, far below any real
+// bug, which shows up at the scale of Σ|w·x| itself).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kvq/kernels/cpu/cpu_features.h"
+#include "kvq/kernels/cpu/linear.h"
+#include "kvq/kernels/ref/ref_kernels.h"
+
+namespace kvq::kernels {
+namespace {
+
+std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Σ_c |w[r, c] · x[c]| for each row: the scale of the rounding error.
+std::vector<float> abs_sums(const std::vector<float>& w, const std::vector<float>& x,
+                            std::int64_t n, std::int64_t k) {
+  std::vector<float> s(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < n; ++r) {
+    double acc = 0.0;
+    for (std::int64_t c = 0; c < k; ++c) acc += std::fabs(w[r * k + c] * x[c]);
+    s[r] = static_cast<float>(acc);
+  }
+  return s;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> isas{Isa::kScalar};
+  if (detected_isa() == Isa::kAvx2 || detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx2);
+  if (detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+struct Dims {
+  std::int64_t n, k;
+};
+const Dims kDims[] = {{1, 1},   {3, 7},    {4, 16},    {5, 15},     {17, 33}, {64, 64},
+                      {63, 65}, {130, 31}, {576, 576}, {200, 1536}, {1, 1000}};
+
+TEST(Gemv, EveryIsaMatchesScalarReference) {
+  for (Isa isa : supported_isas()) {
+    for (const Dims& dm : kDims) {
+      const auto w = random_vector(static_cast<std::size_t>(dm.n * dm.k), 1 + dm.n);
+      const auto x = random_vector(static_cast<std::size_t>(dm.k), 2 + dm.k);
+      std::vector<float> want(static_cast<std::size_t>(dm.n)), got(want.size(), -1.0f);
+      ref::gemv(w.data(), x.data(), want.data(), dm.n, dm.k);
+      gemv_isa(isa, w.data(), x.data(), got.data(), dm.n, dm.k);
+      const auto scale = abs_sums(w, x, dm.n, dm.k);
+      for (std::int64_t r = 0; r < dm.n; ++r) {
+        ASSERT_NEAR(got[r], want[r], 1e-5f * scale[r] + 1e-30f)
+            << isa_name(isa) << " n=" << dm.n << " k=" << dm.k << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(Gemv, ZeroWeightsGiveExactZeros) {
+  for (Isa isa : supported_isas()) {
+    std::vector<float> w(37 * 45, 0.0f);
+    const auto x = random_vector(45, 9);
+    std::vector<float> y(37, 1.0f);
+    gemv_isa(isa, w.data(), x.data(), y.data(), 37, 45);
+    for (float v : y) EXPECT_EQ(v, 0.0f) << isa_name(isa);
+  }
+}
+
+TEST(Gemv, DispatchPicksTheDetectedIsa) {
+  const auto w = random_vector(100 * 70, 3);
+  const auto x = random_vector(70, 4);
+  std::vector<float> a(100), b(100);
+  gemv(w.data(), x.data(), a.data(), 100, 70);
+  gemv_isa(detected_isa(), w.data(), x.data(), b.data(), 100, 70);
+  EXPECT_EQ(a, b);  // same kernel, same order: bit-identical
+}
+
+TEST(Linear, SgemmMatchesReferenceMatmul) {
+  const std::int64_t shapes[][3] = {{2, 3, 5}, {7, 64, 64}, {33, 100, 77}, {128, 192, 576}};
+  for (const auto& s : shapes) {
+    const std::int64_t m = s[0], n = s[1], k = s[2];
+    const auto x = random_vector(static_cast<std::size_t>(m * k), 11 + m);
+    const auto w = random_vector(static_cast<std::size_t>(n * k), 12 + n);
+    std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size());
+    ref::matmul(x.data(), w.data(), want.data(), m, n, k);
+    linear(x.data(), w.data(), got.data(), m, n, k);
+    for (std::int64_t i = 0; i < m; ++i) {
+      const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+      const auto scale = abs_sums(w, xi, n, k);
+      for (std::int64_t j = 0; j < n; ++j) {
+        ASSERT_NEAR(got[i * n + j], want[i * n + j], 1e-5f * scale[j])
+            << "m=" << m << " n=" << n << " k=" << k << " (" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
+TEST(Linear, SingleRowUsesGemv) {
+  const auto x = random_vector(96, 5);
+  const auto w = random_vector(50 * 96, 6);
+  std::vector<float> a(50), b(50);
+  linear(x.data(), w.data(), a.data(), 1, 50, 96);
+  gemv(w.data(), x.data(), b.data(), 50, 96);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace kvq::kernels

@@ -1,0 +1,129 @@
+// Calibration on the tiny GQA Llama: scales = observer statistics / 448 for the states the
+// hooks saw (an independent probe hook recomputes them), quantization disabled while
+// calibrating (0.14.0.1), frozen + enabled after; observer rules; bad inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "kvq/core/error.h"
+#include "kvq/lifecycle/calibrate.h"
+#include "kvq/lifecycle/qdq.h"
+#include "kvq/quant/recipe.h"
+#include "support/test_paths.h"
+
+namespace kvq::lifecycle {
+namespace {
+
+std::unique_ptr<model::LlamaModel> tiny() {
+  return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
+}
+quant::QuantizationConfig recipe(const std::string& n) {
+  return quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" / (n + ".yaml"));
+}
+std::vector<CalibrationSample> samples(int n = 3) {
+  std::vector<CalibrationSample> s;
+  for (int i = 0; i < n; ++i) {
+    CalibrationSample c;
+    c.index = i;
+    for (int t = 0; t < 16 + 3 * i; ++t) c.tokens.push_back((t * 53 + i * 7 + 1) % 256);
+    s.push_back(c);
+  }
+  return s;
+}
+
+TEST(Calibrate, PerHeadStaticMinMaxMatchesProbe) {
+  auto m = tiny();
+  // Probe registered BEFORE apply: it sees the same (unquantized) states as the observers.
+  std::vector<std::vector<float>> kmax(3, std::vector<float>(2, 0.0f));
+  std::vector<std::vector<float>> qmax(3, std::vector<float>(4, 0.0f));
+  std::vector<model::ScopedHook> probes;
+  for (int l = 0; l < 3; ++l) {
+    auto& a = m->attention(l);
+    probes.emplace_back(a.register_key_hook([&, l](model::AttentionModule&, model::StatesView v) {
+      for (std::int64_t h = 0; h < v.heads; ++h)
+        for (std::int64_t t = 0; t < v.tokens; ++t)
+          for (std::int64_t d = 0; d < v.head_dim; ++d)
+            kmax[l][h] = std::max(kmax[l][h], std::fabs(v.row(0, h, t)[d]));
+    }));
+    probes.emplace_back(a.register_query_hook([&, l](model::AttentionModule&, model::StatesView v) {
+      for (std::int64_t h = 0; h < v.heads; ++h)
+        for (std::int64_t t = 0; t < v.tokens; ++t)
+          for (std::int64_t d = 0; d < v.head_dim; ++d)
+            qmax[l][h] = std::max(qmax[l][h], std::fabs(v.row(0, h, t)[d]));
+    }));
+  }
+  auto lc = apply_quantization_config(*m, recipe("attn_fp8_head_static_minmax"));
+  const auto r = calibrate(*lc, samples(), {.show_progress = false});
+  EXPECT_EQ(r.samples, 3);
+  for (int l = 0; l < 3; ++l) {
+    const auto& s = *lc->states()[l];
+    for (int h = 0; h < 2; ++h) EXPECT_EQ(s.k->scale[h], kmax[l][h] / 448.0f) << l << " " << h;
+    for (int h = 0; h < 4; ++h) EXPECT_EQ(s.q->scale[h], qmax[l][h] / 448.0f) << l << " " << h;
+    EXPECT_EQ(s.status, quant::QuantizationStatus::kFrozen);
+    EXPECT_TRUE(s.quantization_enabled);
+  }
+  EXPECT_EQ(r.records.size(), 9u);
+}
+
+TEST(Calibrate, ObserverRules) {
+  quant::QuantizationArgs a = quant::QuantizationArgs::from_json(
+      quant::Json::parse(R"({"num_bits": 8, "type": "float", "strategy": "tensor"})"));
+  std::vector<float> x1{-1, 2}, x2{-4, 1};
+  model::StatesView v1{x1.data(), 1, 1, 1, 2}, v2{x2.data(), 1, 1, 1, 2};
+  auto mm = make_observer(a);  // observer null → "minmax" (llmcompressor 0.14.0.1)
+  EXPECT_EQ(mm->name(), "minmax");
+  mm->update(v1);
+  mm->update(v2);
+  EXPECT_FLOAT_EQ(mm->min_vals()[0], -1.0f * 0.99f + -4.0f * 0.01f);
+  EXPECT_FLOAT_EQ(mm->max_vals()[0], 2.0f * 0.99f + 1.0f * 0.01f);
+  a.observer = "static_minmax";
+  auto st = make_observer(a);
+  st->update(v1);
+  st->update(v2);
+  EXPECT_EQ(st->min_vals()[0], -4.0f);
+  EXPECT_EQ(st->max_vals()[0], 2.0f);
+  EXPECT_EQ(st->get_qparams().scale[0], 4.0f / 448.0f);
+  a.observer = "mse";
+  EXPECT_THROW(make_observer(a), NotSupported);
+}
+
+TEST(Calibrate, SpecGoldenVectorsInt4) {
+  // compressed-tensors test_static_lifecycle golden (spec §2.8), fp32 here: attn_head int4.
+  quant::QuantizationArgs a = quant::QuantizationArgs::from_json(
+      quant::Json::parse(R"({"num_bits": 4, "type": "int", "strategy": "attn_head"})"));
+  const QParams qp = calculate_qparams(std::vector<float>{0, 12}, std::vector<float>{11, 23}, a);
+  EXPECT_FLOAT_EQ(qp.scale[0], 11.0f / 7.5f);
+  EXPECT_FLOAT_EQ(qp.scale[1], 23.0f / 7.5f);
+  std::vector<float> x(24);
+  for (int i = 0; i < 24; ++i) x[i] = static_cast<float>(i);
+  fake_quantize(model::StatesView{x.data(), 1, 2, 3, 4}, qp.scale, {}, a);
+  // 23 / (23/7.5) = 7.5 → clamp 7 → 7 * scale.
+  EXPECT_FLOAT_EQ(x[23], 7.0f * 23.0f / 7.5f);
+  EXPECT_FLOAT_EQ(x[12], 12.0f / (23.0f / 7.5f) > 3.5f ? 4.0f * 23.0f / 7.5f : 0.0f);
+}
+
+TEST(Calibrate, BadInputs) {
+  auto m = tiny();
+  auto lc = apply_quantization_config(*m, recipe("kv_fp8_tensor_static_minmax"));
+  EXPECT_THROW(calibrate(*lc, {}, {.show_progress = false}), InvalidArgument);
+  auto too_long = samples(1);
+  too_long[0].tokens.assign(static_cast<std::size_t>(m->config().max_position_embeddings) + 1, 3);
+  EXPECT_THROW(calibrate(*lc, too_long, {.show_progress = false}), InvalidArgument);
+  // An all-zero scale is impossible for real states; an all-zero input gives eps scales
+  // (0.19.0), which are valid.
+}
+
+TEST(Calibrate, ReportFiles) {
+  test::TempDir tmp;
+  auto m = tiny();
+  auto lc = apply_quantization_config(*m, recipe("attn_fp8_head_static_minmax"));
+  const auto r = calibrate(*lc, samples(), {.show_progress = false});
+  write_calibration_report_json(r, *lc, tmp / "report.json");
+  write_calibration_heatmap_png(r, tmp / "heat.png");
+  EXPECT_GT(std::filesystem::file_size(tmp / "report.json"), 100u);
+  EXPECT_GT(std::filesystem::file_size(tmp / "heat.png"), 50u);
+}
+
+}  // namespace
+}  // namespace kvq::lifecycle

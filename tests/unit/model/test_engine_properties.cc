@@ -1,0 +1,321 @@
+// Properties of the forward pass, hooks and cache on the tiny GQA Llama (4 heads, 2 KV heads,
+// head_dim 16, 3 layers): prefill == decode, batched == unbatched, hook transparency and
+// semantics, independence of two models, error handling.
+#include "kvq/core/dtype.h"
+#include "kvq/io/model_config.h"
+#include "tiny_model.h"
+
+namespace kvq::model::test {
+namespace {
+
+// Prefill vs decode and batched vs unbatched run different kernels (sgemm vs GEMV, tiled vs
+// split attention) on the same fp32 math: a few ulps of logits of magnitude ~1-10.
+constexpr float kTol = 1e-5f;
+
+const std::vector<std::int32_t> kPrompt = {5, 17, 200, 3, 99, 42, 7, 128, 64, 1, 250, 33};
+
+std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {
+  const io::SafetensorsModel st = io::SafetensorsModel::open(dir);
+  std::map<std::string, Tensor> w;
+  for (const std::string& n : st.names()) w.emplace(n, st.tensor(n));
+  return w;
+}
+
+class Engine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tiny_dir("gqa");
+    model_ = LlamaModel::load(dir_);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<LlamaModel> model_;
+};
+
+TEST_F(Engine, PrefillEqualsTokenByTokenDecode) {
+  KvCache a = model_->make_cache(1, 32);
+  const Tensor prefill = model_->forward(kPrompt, a, LogitsMode::kAll);
+  KvCache b = model_->make_cache(1, 32);
+  const std::int64_t vocab = model_->config().vocab_size;
+  for (std::size_t i = 0; i < kPrompt.size(); ++i) {
+    const std::int32_t t[1] = {kPrompt[i]};
+    const Tensor step = model_->forward(t, b, LogitsMode::kLast);
+    EXPECT_LE(max_abs_diff(step.f32(), prefill.f32() + static_cast<std::int64_t>(i) * vocab, vocab),
+              kTol)
+        << "position " << i;
+  }
+  EXPECT_EQ(a.length(), 12);
+  EXPECT_EQ(b.length(), 12);
+  // Mixed: prefill 5, then chunks of 4 and 3.
+  KvCache c = model_->make_cache(1, 32);
+  model_->forward(std::span(kPrompt).first(5), c, LogitsMode::kLast);
+  model_->forward(std::span(kPrompt).subspan(5, 4), c, LogitsMode::kLast);
+  const Tensor tail = model_->forward(std::span(kPrompt).subspan(9), c, LogitsMode::kAll);
+  EXPECT_LE(max_abs_diff(tail.f32(), prefill.f32() + 9 * vocab, 3 * vocab), kTol);
+}
+
+TEST_F(Engine, BatchedEqualsUnbatched) {
+  std::vector<std::int32_t> two(kPrompt);
+  for (std::int32_t t : kPrompt) two.push_back((t * 7 + 3) % 256);
+  KvCache cache = model_->make_cache(2, 16);
+  const Tensor batched = model_->forward_batch(two, 2, cache, LogitsMode::kAll);
+  const std::int64_t n = 12 * model_->config().vocab_size;
+  for (int b = 0; b < 2; ++b) {
+    const Tensor single = model_->forward(std::span(two).subspan(b * 12, 12), LogitsMode::kAll);
+    EXPECT_LE(max_abs_diff(batched.f32() + b * n, single.f32(), n), kTol) << "sequence " << b;
+  }
+  // Batched decode continues both sequences.
+  const std::int32_t next[2] = {9, 10};
+  const Tensor step = model_->forward_batch(next, 2, cache, LogitsMode::kLast);
+  EXPECT_EQ(step.shape(), (Shape{2, 1, 256}));
+  KvCache single_cache = model_->make_cache(1, 16);
+  model_->forward(std::span(two).subspan(12, 12), single_cache, LogitsMode::kLast);
+  const Tensor one = model_->forward(std::span(next).subspan(1, 1), single_cache);
+  EXPECT_LE(max_abs_diff(step.f32() + 256, one.f32(), 256), kTol);
+}
+
+TEST_F(Engine, CacheLessForwardTakesTheSameRoute) {
+  KvCache cache = model_->make_cache(1, 64);
+  const Tensor with_cache = model_->forward(kPrompt, cache, LogitsMode::kAll);
+  const Tensor without = model_->forward(kPrompt, LogitsMode::kAll);
+  EXPECT_TRUE(bit_identical(with_cache, without));
+  const Tensor last = model_->forward(kPrompt, LogitsMode::kLast);
+  EXPECT_EQ(last.shape(), (Shape{1, 256}));
+}
+
+TEST_F(Engine, NoOpHooksLeaveLogitsBitIdentical) {
+  auto run = [&] {
+    std::vector<Tensor> out;
+    KvCache cache = model_->make_cache(1, 32);
+    out.push_back(model_->forward(kPrompt, cache, LogitsMode::kAll));
+    for (std::int32_t t : {3, 4, 5}) {
+      const std::int32_t one[1] = {t};
+      out.push_back(model_->forward(one, cache, LogitsMode::kLast));
+    }
+    out.push_back(model_->forward(kPrompt, LogitsMode::kAll));  // no cache
+    return out;
+  };
+  const std::vector<Tensor> plain = run();
+  int calls = 0;
+  std::vector<ScopedHook> hooks;
+  for (AttentionModule* a : model_->attention_modules()) {
+    const AttentionHook noop = [&](AttentionModule&, StatesView) { ++calls; };
+    hooks.emplace_back(a->register_query_hook(noop));
+    hooks.emplace_back(a->register_key_hook(noop));
+    hooks.emplace_back(a->register_value_hook(noop));
+  }
+  const std::vector<Tensor> hooked = run();
+  EXPECT_EQ(calls, 3 * 3 * 5);  // layers × (q, k, v) × forwards
+  ASSERT_EQ(plain.size(), hooked.size());
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    EXPECT_TRUE(bit_identical(plain[i], hooked[i])) << i;
+}
+
+TEST_F(Engine, HooksSeeDocumentedShapesPositionsAndOrder) {
+  struct Seen {
+    std::string what;
+    std::int64_t layer, batch, heads, tokens, head_dim, start;
+  };
+  std::vector<Seen> seen;
+  auto recorder = [&](const std::string& what) {
+    return [&seen, what](AttentionModule& m, StatesView s) {
+      seen.push_back(
+          {what, m.layer_idx(), s.batch, s.heads, s.tokens, s.head_dim, s.start_position});
+    };
+  };
+  AttentionModule& a1 = model_->attention(1);
+  // Registration order: value before key; query registered first but fires after the cache
+  // update (reference order: kv_cache pre-hooks, then the attention impl's pre-hooks).
+  ScopedHook hq(a1.register_query_hook(recorder("q")));
+  ScopedHook hv(a1.register_value_hook(recorder("v")));
+  ScopedHook hk(a1.register_key_hook(recorder("k")));
+  KvCache cache = model_->make_cache(2, 16);
+  std::vector<std::int32_t> two(kPrompt.begin(), kPrompt.begin() + 5);
+  two.insert(two.end(), kPrompt.begin() + 5, kPrompt.begin() + 10);
+  model_->forward_batch(two, 2, cache, LogitsMode::kLast);
+  const std::int32_t next[2] = {1, 2};
+  model_->forward_batch(next, 2, cache, LogitsMode::kLast);
+  ASSERT_EQ(seen.size(), 6u);
+  const std::string order = seen[0].what + seen[1].what + seen[2].what;
+  EXPECT_EQ(order, "vkq");
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    const Seen& s = seen[i];
+    const bool prefill = i < 3;
+    EXPECT_EQ(s.layer, 1);
+    EXPECT_EQ(s.batch, 2);
+    EXPECT_EQ(s.heads, s.what == "q" ? 4 : 2) << s.what;  // kv heads: before GQA repetition
+    EXPECT_EQ(s.tokens, prefill ? 5 : 1);
+    EXPECT_EQ(s.head_dim, 16);
+    EXPECT_EQ(s.start, prefill ? 0 : 5);
+  }
+}
+
+TEST_F(Engine, KeyHookRewritesWhatTheCacheStores) {
+  KvCache plain = model_->make_cache(1, 16);
+  model_->forward(kPrompt, plain, LogitsMode::kLast);
+  ScopedHook h(model_->attention(2).register_key_hook([](AttentionModule&, StatesView s) {
+    for (std::int64_t i = 0; i < s.numel(); ++i) s.data[i] *= 2.0f;  // exact in fp32
+  }));
+  KvCache hooked = model_->make_cache(1, 16);
+  model_->forward(kPrompt, hooked, LogitsMode::kLast);
+  const std::vector<float> a = plain.keys(2).read(12), b = hooked.keys(2).read(12);
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(b[i], 2.0f * a[i]) << i;
+  EXPECT_EQ(plain.values(2).read(12), hooked.values(2).read(12));
+  EXPECT_EQ(plain.keys(1).read(12), hooked.keys(1).read(12));  // earlier layer untouched
+}
+
+// A key hook zeroing KV head 1 of layer 0 must equal a model whose k_proj rows for that head
+// are zero: k = 0 before RoPE stays 0 after it. Same kernels, same shapes, the other rows of the
+// projection are computed identically, so the logits are bit-identical.
+TEST_F(Engine, ZeroingOneKvHeadMatchesZeroedProjectionRows) {
+  ScopedHook h(model_->attention(0).register_key_hook([](AttentionModule&, StatesView s) {
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      for (std::int64_t t = 0; t < s.tokens; ++t) std::fill_n(s.row(b, 1, t), s.head_dim, 0.0f);
+    }
+  }));
+  KvCache c1 = model_->make_cache(1, 16);
+  const Tensor hooked = model_->forward(kPrompt, c1, LogitsMode::kAll);
+
+  std::map<std::string, Tensor> w = load_weights(dir_);
+  Tensor k = w.at("model.layers.0.self_attn.k_proj.weight").to_f32().clone();  // [32, 64]
+  std::fill_n(k.f32() + 16 * 64, 16 * 64, 0.0f);
+  w["model.layers.0.self_attn.k_proj.weight"] = k;
+  auto zeroed = LlamaModel::from_weights(model_->config(), w);
+  KvCache c2 = zeroed->make_cache(1, 16);
+  const Tensor want = zeroed->forward(kPrompt, c2, LogitsMode::kAll);
+  EXPECT_TRUE(bit_identical(hooked, want));
+  // And it really changes the output compared with no hook.
+  h.handle().remove();
+  const Tensor unhooked = model_->forward(kPrompt, LogitsMode::kAll);
+  EXPECT_GT(max_abs_diff(unhooked, hooked), 1e-3f);
+}
+
+TEST_F(Engine, HookRemoval) {
+  int calls = 0;
+  AttentionModule& a = model_->attention(0);
+  HookHandle h = a.register_value_hook([&](AttentionModule&, StatesView) { ++calls; });
+  EXPECT_TRUE(h.active());
+  model_->forward(kPrompt, LogitsMode::kLast);
+  EXPECT_EQ(calls, 1);
+  h.remove();
+  h.remove();  // idempotent
+  EXPECT_FALSE(h.active());
+  model_->forward(kPrompt, LogitsMode::kLast);
+  EXPECT_EQ(calls, 1);
+  {
+    ScopedHook scoped(a.register_query_hook([&](AttentionModule&, StatesView) { ++calls; }));
+    model_->forward(kPrompt, LogitsMode::kLast);
+    EXPECT_EQ(calls, 2);
+  }
+  model_->forward(kPrompt, LogitsMode::kLast);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(a.num_hooks(), 0u);
+  EXPECT_THROW(a.register_key_hook(AttentionHook{}), InvalidArgument);
+  // A handle outliving its model is harmless.
+  HookHandle late;
+  {
+    auto other = LlamaModel::load(dir_);
+    late = other->attention(0).register_key_hook([](AttentionModule&, StatesView) {});
+  }
+  EXPECT_FALSE(late.active());
+  late.remove();
+}
+
+TEST_F(Engine, TwoModelsAreIndependent) {
+  auto other = LlamaModel::load(dir_);
+  const Tensor before = other->forward(kPrompt, LogitsMode::kAll);
+  ScopedHook h(model_->attention(1).register_value_hook([](AttentionModule&, StatesView s) {
+    for (std::int64_t i = 0; i < s.numel(); ++i) s.data[i] = 0.0f;
+  }));
+  const Tensor after = other->forward(kPrompt, LogitsMode::kAll);
+  EXPECT_TRUE(bit_identical(before, after));
+  EXPECT_EQ(other->attention(1).num_hooks(), 0u);
+  EXPECT_GT(max_abs_diff(model_->forward(kPrompt, LogitsMode::kAll), before), 1e-3f);
+}
+
+TEST_F(Engine, Bf16AndF16CachesStoreRoundedStates) {
+  KvCache f32 = model_->make_cache(1, 16);
+  const Tensor ref = model_->forward(kPrompt, f32, LogitsMode::kAll);
+  for (KvStorage storage : {KvStorage::kBF16, KvStorage::kF16}) {
+    KvCache low = model_->make_cache(1, 16, storage);
+    EXPECT_EQ(low.bytes_per_token(), f32.bytes_per_token() / 2);
+    const Tensor logits = model_->forward(kPrompt, low, LogitsMode::kAll);
+    // Layer 0 sees identical inputs, so its stored keys are exactly the rounded fp32 keys.
+    const std::vector<float> a = f32.keys(0).read(12), b = low.keys(0).read(12);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const float want = storage == KvStorage::kBF16 ? round_to_bf16(a[i]) : round_to_fp16(a[i]);
+      ASSERT_EQ(b[i], want) << kernels::kv_storage_name(storage) << " " << i;
+    }
+    // 8 (bf16) / 11 (fp16) mantissa bits on K and V perturb logits by ~1e-2 at most here.
+    EXPECT_LE(max_abs_diff(ref, logits), 5e-2f) << kernels::kv_storage_name(storage);
+    EXPECT_GT(max_abs_diff(ref, logits), 0.0f);
+  }
+  EXPECT_EQ(f32.bytes_per_token(), 3 * 2 * 2 * 16 * 4);  // layers × (K, V) × kv_heads × D × 4
+}
+
+TEST_F(Engine, BadInputsThrow) {
+  KvCache cache = model_->make_cache(1, 4);
+  const std::vector<std::int32_t> bad = {1, 256};
+  EXPECT_THROW(model_->forward(bad, cache), InvalidArgument);
+  const std::vector<std::int32_t> neg = {-1};
+  EXPECT_THROW(model_->forward(neg, cache), InvalidArgument);
+  EXPECT_THROW(model_->forward(std::span<const std::int32_t>(), cache), InvalidArgument);
+  EXPECT_THROW(model_->forward(kPrompt, cache), InvalidArgument);  // 12 > capacity 4
+  EXPECT_EQ(cache.length(), 0);
+  KvCache two = model_->make_cache(2, 16);
+  EXPECT_THROW(model_->forward(kPrompt, two), InvalidArgument);  // batch mismatch
+  EXPECT_THROW(model_->forward_batch(std::span(kPrompt).first(5), 2, LogitsMode::kAll),
+               InvalidArgument);
+  EXPECT_THROW(model_->make_cache(1, 0), InvalidArgument);
+  EXPECT_THROW(model_->attention(3), InvalidArgument);
+}
+
+TEST_F(Engine, FromWeightsValidatesAndConvertsDtypes) {
+  std::map<std::string, Tensor> w = load_weights(dir_);
+  const io::ModelConfig& c = model_->config();
+  auto missing = w;
+  missing.erase("model.layers.2.mlp.up_proj.weight");
+  try {
+    LlamaModel::from_weights(c, missing, "tiny");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.2.mlp.up_proj.weight"), std::string::npos);
+  }
+  auto wrong = w;
+  wrong["model.norm.weight"] = Tensor(DType::kF32, {63});
+  EXPECT_THROW(LlamaModel::from_weights(c, wrong, "tiny"), ConfigError);
+  // bf16 weights are converted to owned fp32: equal to an fp32 model of the rounded weights.
+  std::map<std::string, Tensor> bf16, rounded;
+  for (const auto& [name, t] : w) {
+    const std::vector<float> v = t.to_f32_vector();
+    Tensor b(DType::kBF16, t.shape()), r(DType::kF32, t.shape());
+    auto* bp = static_cast<std::uint16_t*>(b.mutable_data());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      bp[i] = f32_to_bf16(v[i]);
+      r.f32()[i] = round_to_bf16(v[i]);
+    }
+    bf16.emplace(name, b);
+    rounded.emplace(name, r);
+  }
+  const Tensor a = LlamaModel::from_weights(c, bf16)->forward(kPrompt, LogitsMode::kAll);
+  const Tensor b = LlamaModel::from_weights(c, rounded)->forward(kPrompt, LogitsMode::kAll);
+  EXPECT_TRUE(bit_identical(a, b));
+  io::ModelConfig bad = c;
+  bad.num_key_value_heads = 3;
+  EXPECT_THROW(LlamaModel::from_weights(bad, w), ConfigError);
+}
+
+TEST_F(Engine, ModuleTreeLookups) {
+  Module* k = model_->find_module("model.layers.1.self_attn.k_proj");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->class_name(), "Linear");
+  EXPECT_TRUE(k->is_instance_of("Module"));
+  EXPECT_EQ(k->weight().shape(), (Shape{32, 64}));
+  EXPECT_EQ(k->parent(), &model_->attention(1));
+  EXPECT_EQ(k->local_name(), "k_proj");
+  EXPECT_TRUE(model_->attention(1).is_instance_of("LlamaAttention"));
+  EXPECT_EQ(model_->find_module("lm_head")->weight().shape(), (Shape{256, 64}));
+  EXPECT_EQ(model_->find_module("nope"), nullptr);
+}
+
+}  // namespace
+}  // namespace kvq::model::test

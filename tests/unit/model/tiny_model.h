@@ -1,0 +1,43 @@
+// Helpers for the model unit tests: the tiny random Llama checkpoints of tests/data/tiny_llama
+// (written by tools/reference/make_tiny_llama.py from transformers) and their goldens.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kvq/core/tensor.h"
+#include "kvq/io/safetensors.h"
+#include "kvq/model/llama_model.h"
+#include "support/test_paths.h"
+
+namespace kvq::model::test {
+
+inline std::filesystem::path tiny_dir(const std::string& variant) {
+  return kvq::test::test_data_dir() / "tiny_llama" / variant;
+}
+
+inline std::vector<std::int32_t> ids_of(const Tensor& t) {
+  std::vector<std::int32_t> out;
+  for (float v : t.to_f32_vector()) out.push_back(static_cast<std::int32_t>(v));
+  return out;
+}
+
+inline float max_abs_diff(const float* a, const float* b, std::int64_t n) {
+  float m = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+inline float max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.numel(), b.numel());
+  const std::vector<float> x = a.to_f32_vector(), y = b.to_f32_vector();
+  return max_abs_diff(x.data(), y.data(), std::min(a.numel(), b.numel()));
+}
+inline bool bit_identical(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.to_f32_vector() == b.to_f32_vector();
+}
+
+}  // namespace kvq::model::test
