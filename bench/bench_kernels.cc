@@ -2,19 +2,24 @@
 //   BM_Sgemm            OpenBLAS sgemm GFLOP/s (prefill-shaped: x [512, k] · Wᵀ)
 //   BM_Gemv             decode GEMV, GB/s of weights read
 //   BM_DecodeAttention  one decode step of SmolLM2-shaped attention (9 heads, 3 KV heads,
-//                       head_dim 64) over an fp32 cache, GB/s of K+V read, contexts 512..16K
+//                       head_dim 64) over the packed cache of every KvFormat, GB/s of packed K+V
+//                       read, contexts 512 / 2K / 8K / 16K, cache cycled over > 256 MiB (> L3)
+//   BM_StreamRead       streaming read bandwidth (the ceiling) measured in the same run
 //   BM_ModelPrefill512 / BM_ModelDecode128: the whole forward on a random-weight model with the
 //                       default model's shapes; GFLOP/s of the weight matmuls / GB/s of weights.
-// Use --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for min/median/mean.
+// Use --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for min/median/max.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvq/kernels/cpu/attention.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/model/llama_model.h"
+#include "kvq/quant/formats.h"
 
 namespace {
 
@@ -69,27 +74,89 @@ BENCHMARK(BM_Gemv)
     ->Args({49152, 576})
     ->UseRealTime();
 
+// Decode attention over the PACKED cache, one format per run (state.range(0) = KvFormat,
+// range(1) = context). A "layer" is 3 kv heads × ctx rows of K and V; the benchmark cycles over
+// max(30, enough to exceed 256 MiB) such layers so every step reads K+V from DRAM, not L3 (the
+// whole model's cache is 30 layers). GB/s = packed K+V bytes read per step / time.
 void BM_DecodeAttention(benchmark::State& state) {
-  const std::int64_t ctx = state.range(0), kvh = 3, heads = 9, d = 64;
-  const auto k = random_vector(static_cast<std::size_t>(kvh * ctx * d), 5);
-  const auto v = random_vector(static_cast<std::size_t>(kvh * ctx * d), 6);
+  const auto format = static_cast<kvq::quant::KvFormat>(state.range(0));
+  const std::int64_t ctx = state.range(1), kvh = 3, heads = 9, d = 64;
+  const auto row_bytes = static_cast<std::int64_t>(kvq::quant::kv_row_bytes(format, d));
+  const std::int64_t layer_bytes = 2 * kvh * ctx * row_bytes;  // K + V
+  const std::int64_t layers = std::max<std::int64_t>(30, (256ll << 20) / layer_bytes + 1);
+  std::vector<std::byte> cache(static_cast<std::size_t>(layers * layer_bytes));
+  // Every layer holds the same encoded rows (encoding 256 MiB row by row would dominate setup);
+  // they are distinct memory, which is all that matters for the bandwidth.
+  const auto x = random_vector(static_cast<std::size_t>(2 * kvh * ctx * d), 5);
+  const float scale = 0.25f / 127.0f, gs = 448.0f * 6.0f / 0.25f;
+  for (std::int64_t r = 0; r < 2 * kvh * ctx; ++r) {
+    kvq::quant::quantize_row(format, x.data() + r * d, d, scale, 0.0f, gs,
+                             cache.data() + r * row_bytes);
+  }
+  for (std::int64_t l = 1; l < layers; ++l) {
+    std::copy_n(cache.data(), layer_bytes, cache.data() + l * layer_bytes);
+  }
   const auto q = random_vector(static_cast<std::size_t>(heads * d), 7);
   std::vector<float> out(static_cast<std::size_t>(heads * d));
-  std::vector<kvq::kernels::KvRowsView> kv(kvh), vv(kvh);
-  for (std::int64_t h = 0; h < kvh; ++h) {
-    kv[h] = {kvq::kernels::KvStorage::kF32,
-             reinterpret_cast<const std::byte*>(k.data() + h * ctx * d), d * 4, d, 1.0f};
-    vv[h] = {kvq::kernels::KvStorage::kF32,
-             reinterpret_cast<const std::byte*>(v.data() + h * ctx * d), d * 4, d, 1.0f};
+  std::vector<kvq::kernels::KvRowsView> kv(static_cast<std::size_t>(layers * kvh));
+  std::vector<kvq::kernels::KvRowsView> vv(kv.size());
+  for (std::int64_t l = 0; l < layers; ++l) {
+    for (std::int64_t h = 0; h < kvh; ++h) {
+      const std::byte* base = cache.data() + l * layer_bytes;
+      kv[static_cast<std::size_t>(l * kvh + h)] = {
+          format, base + h * ctx * row_bytes, row_bytes, d, scale, 0.0f, gs};
+      vv[static_cast<std::size_t>(l * kvh + h)] = {
+          format, base + (kvh + h) * ctx * row_bytes, row_bytes, d, scale, 0.0f, gs};
+    }
   }
   kvq::kernels::AttentionParams p{heads, kvh, d, 1, ctx - 1, 0.125f};
+  std::int64_t l = 0;
   for (auto _ : state) {
-    kvq::kernels::attention(p, q.data(), kv.data(), vv.data(), out.data());
+    kvq::kernels::attention(p, q.data(), kv.data() + l * kvh, vv.data() + l * kvh, out.data());
     benchmark::ClobberMemory();
+    l = (l + 1) % layers;
   }
-  state.SetBytesProcessed(state.iterations() * 2 * kvh * ctx * d * 4);
+  state.SetBytesProcessed(state.iterations() * layer_bytes);
+  state.SetLabel(std::string(kvq::quant::kv_format_name(format)) + "/" +
+                 std::string(kvq::quant::kv_format_isa()));
 }
-BENCHMARK(BM_DecodeAttention)->RangeMultiplier(2)->Range(512, 16384)->UseRealTime();
+
+double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+void decode_attention_args(benchmark::internal::Benchmark* b) {
+  for (const auto& t : kvq::quant::kv_format_table()) {
+    for (std::int64_t ctx : {512, 2048, 8192, 16384}) {
+      b->Args({static_cast<std::int64_t>(t.format), ctx});
+    }
+  }
+}
+BENCHMARK(BM_DecodeAttention)
+    ->Apply(decode_attention_args)
+    ->ArgNames({"fmt", "ctx"})
+    ->ComputeStatistics("min", min_of)
+    ->ComputeStatistics("max", max_of)
+    ->UseRealTime();
+
+// Streaming read bandwidth of this machine in the same run (the ceiling for decode attention):
+// a 512 MiB float sum, vectorised without reductions across lanes (8 partial sums).
+void BM_StreamRead(benchmark::State& state) {
+  const std::size_t n = (512ull << 20) / sizeof(float);
+  std::vector<float> a(n, 1.0f);
+  for (auto _ : state) {
+    float acc[16] = {};
+    for (std::size_t i = 0; i < n; i += 16) {
+      for (int j = 0; j < 16; ++j) acc[j] += a[i + static_cast<std::size_t>(j)];
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * sizeof(float)));
+}
+BENCHMARK(BM_StreamRead)
+    ->ComputeStatistics("min", min_of)
+    ->ComputeStatistics("max", max_of)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // A random model with SmolLM2-135M's shapes (30 layers, hidden 576, 9/3 heads, vocab 49152).
 kvq::model::LlamaModel& smollm_shaped() {

@@ -35,8 +35,13 @@ PY
   echo "fetch-model: $gguf (sha256 ok)"
 fi
 
-if [ ! -f "$model_dir/config.json" ]; then
+# The converted directory is stamped with a hash of the converter's sources, so a change to
+# `kvq convert` re-converts (about 10 s) instead of testing against a stale directory.
+stamp="$(cat src/kvq/io/convert_gguf*.cc src/kvq/io/model_config.cc src/kvq/io/safetensors.cc \
+  src/kvq/io/gguf*.cc | sha256sum | cut -c1-16)"
+if [ ! -f "$model_dir/config.json" ] || [ "$(cat "$model_dir/.kvq-convert-stamp" 2>/dev/null)" != "$stamp" ]; then
   [ -x "$kvq" ] || { echo "fetch-model: error: $kvq not built (run scripts/setup.sh)" >&2; exit 1; }
-  "$kvq" convert "$gguf" "$model_dir"
+  "$kvq" convert --force "$gguf" "$model_dir"
+  echo "$stamp" > "$model_dir/.kvq-convert-stamp"
 fi
 echo "fetch-model: model ready at $model_dir"

@@ -25,39 +25,64 @@ struct OneshotArgs {
   std::int64_t num_samples = 64;
   std::int64_t max_seq_length = 512;
   std::optional<std::uint64_t> shuffle_seed;
+  bool overwrite = false;
 };
 
+// Report files written into the checkpoint directory (and beside --report).
+constexpr const char* kReportJson = "calibration_report.json";
+constexpr const char* kReportPng = "calibration_heatmap.png";
+
 void run_oneshot(const OneshotArgs& a) {
+  // Everything that can be refused cheaply is refused before the model is read.
+  if (a.output.empty() && a.report.empty())
+    fail<InvalidArgument>("oneshot: nothing to write: pass --output DIR and/or --report FILE");
+  if (!a.output.empty() && fs::exists(a.output) && !a.overwrite)
+    fail<InvalidArgument>("--output {} already exists; remove it or pass --overwrite", a.output);
+  if (a.num_samples <= 0)
+    fail<InvalidArgument>("--num-calibration-samples must be > 0, got {}", a.num_samples);
+  if (a.max_seq_length <= 0)
+    fail<InvalidArgument>("--max-seq-length must be > 0, got {}", a.max_seq_length);
+  const quant::QuantizationConfig config = quant::load_recipe(a.recipe);
   auto model = model::LlamaModel::load(a.model);
   if (a.max_seq_length > model->config().max_position_embeddings)
-    fail<InvalidArgument>("--max-seq-length {} is beyond the model's max_position_embeddings {}",
-                          a.max_seq_length, model->config().max_position_embeddings);
-  const quant::QuantizationConfig config = quant::load_recipe(a.recipe);
+    fail<InvalidArgument>("--max-seq-length {} is beyond {}'s context (max_position_embeddings {})",
+                          a.max_seq_length, a.model, model->config().max_position_embeddings);
+  // Apply before reading the dataset: a recipe that selects nothing fails in a second.
+  auto lc = lifecycle::apply_quantization_config(*model, config);
   const auto tokenizer = tok::Tokenizer::from_dir(a.model);
   lifecycle::DatasetOptions opts;
   opts.num_samples = a.num_samples;
   opts.max_seq_length = a.max_seq_length;
   opts.shuffle_seed = a.shuffle_seed;
   const auto samples = lifecycle::load_calibration_dataset(a.dataset, tokenizer, opts);
-  auto lc = lifecycle::apply_quantization_config(*model, config);
+  if (static_cast<std::int64_t>(samples.size()) < a.num_samples)
+    log::warn("oneshot: {} has only {} samples (asked for {})", a.dataset, samples.size(),
+              a.num_samples);
   log::info("oneshot: {} quantized attention modules, {} calibration samples", lc->states().size(),
             samples.size());
   const auto result = lifecycle::calibrate(*lc, samples);
   std::printf("calibrated %lld samples, %lld tokens in %.1f s (%.0f tok/s)\n",
               static_cast<long long>(result.samples), static_cast<long long>(result.tokens),
               result.seconds, result.seconds > 0 ? result.tokens / result.seconds : 0.0);
+  auto write_report = [&](const fs::path& json, const fs::path& png) {
+    lifecycle::write_calibration_report_json(result, *lc, json);
+    lifecycle::write_calibration_heatmap_png(result, png);
+  };
+  if (!a.output.empty()) {
+    lifecycle::save_pretrained(*lc, a.model, a.output, [&](const fs::path& dir) {
+      write_report(dir / kReportJson, dir / kReportPng);
+    });
+    std::printf("saved: %s (report: %s, %s)\n", a.output.c_str(), kReportJson, kReportPng);
+  }
   if (!a.report.empty()) {
     const fs::path report(a.report);
-    lifecycle::write_calibration_report_json(result, *lc, report);
     fs::path png = report;
     png.replace_extension(".png");
-    lifecycle::write_calibration_heatmap_png(result, png);
+    write_report(report, png);
     std::printf("report: %s, %s\n", report.c_str(), png.c_str());
   }
-  if (!a.output.empty()) {
-    lifecycle::save_pretrained(*lc, a.model, a.output);
-    std::printf("saved: %s\n", a.output.c_str());
-  }
+  for (const std::string& w : lc->export_warnings())
+    std::printf("vLLM export warning: %s\n", w.c_str());
 }
 
 }  // namespace
@@ -66,7 +91,9 @@ void register_oneshot(CLI::App& app) {
   auto a = std::make_shared<OneshotArgs>();
   auto* cmd = app.add_subcommand(
       "oneshot", "Calibrate attention / KV-cache quantization scales and save a checkpoint");
-  cmd->add_option("--model", a->model, "Hugging Face model directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--model", a->model, "Hugging Face model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--recipe", a->recipe, "llm-compressor recipe (YAML/JSON) or config.json")
       ->required()
       ->check(CLI::ExistingFile);
@@ -80,7 +107,10 @@ void register_oneshot(CLI::App& app) {
   cmd->add_option("--max-seq-length", a->max_seq_length, "Tokens per sample (truncate / window)")
       ->capture_default_str();
   cmd->add_option("--shuffle-seed", a->shuffle_seed, "Shuffle the samples with this seed first");
-  cmd->add_option("--output", a->output, "Write the quantized checkpoint to this directory");
+  cmd->add_option("--output", a->output,
+                  "Write the quantized checkpoint (+ calibration_report.json and "
+                  "calibration_heatmap.png) to this new directory");
+  cmd->add_flag("--overwrite", a->overwrite, "Replace an existing --output directory");
   cmd->add_option("--report", a->report, "Write the calibration report JSON (+ .png heatmap)");
   cmd->callback([a] { run_oneshot(*a); });
 }

@@ -11,5 +11,8 @@ void register_inspect(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_oneshot(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_compare(CLI::App& app);
 
 }  // namespace kvq::cli

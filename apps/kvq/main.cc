@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   kvq::cli::register_generate(app);
   kvq::cli::register_perplexity(app);
   kvq::cli::register_bench(app);
+  kvq::cli::register_oneshot(app);
+  kvq::cli::register_eval(app);
+  kvq::cli::register_compare(app);
 
   try {
     app.parse(argc, argv);

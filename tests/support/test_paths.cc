@@ -32,7 +32,8 @@ TempDir::TempDir() {
   std::random_device rd;
   const fs::path base = fs::temp_directory_path();
   for (int attempt = 0; attempt < 100; ++attempt) {
-    fs::path candidate = base / ("kvq-test-" + std::to_string(getpid()) + "-" + std::to_string(rd()));
+    fs::path candidate =
+        base / ("kvq-test-" + std::to_string(getpid()) + "-" + std::to_string(rd()));
     if (fs::create_directory(candidate)) {
       path_ = candidate;
       return;

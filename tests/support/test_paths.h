@@ -8,12 +8,12 @@
 namespace kvq::test {
 
 std::filesystem::path source_dir();
-std::filesystem::path test_data_dir();    // tests/data
-std::filesystem::path shared_data_dir();  // ../shared/data (or $KVQ_SHARED_DATA)
-std::filesystem::path kvq_home();         // $KVQ_HOME or ~/.cache/kvq
-std::filesystem::path default_gguf();     // kvq_home()/SmolLM2-135M-Instruct.Q4_1.gguf
+std::filesystem::path test_data_dir();      // tests/data
+std::filesystem::path shared_data_dir();    // ../shared/data (or $KVQ_SHARED_DATA)
+std::filesystem::path kvq_home();           // $KVQ_HOME or ~/.cache/kvq
+std::filesystem::path default_gguf();       // kvq_home()/SmolLM2-135M-Instruct.Q4_1.gguf
 std::filesystem::path default_model_dir();  // kvq_home()/SmolLM2-135M-Instruct (converted)
-std::filesystem::path kvq_binary();       // the built CLI
+std::filesystem::path kvq_binary();         // the built CLI
 
 // Model tests skip when the default model is absent, unless KVQ_REQUIRE_MODEL=1 (set by
 // scripts/test.sh, which fetches it first), in which case they fail.
@@ -36,13 +36,13 @@ class TempDir {
 }  // namespace kvq::test
 
 // Skips (or fails, when the model is required) a test that needs the default model.
-#define KVQ_REQUIRE_DEFAULT_MODEL()                                                        \
-  do {                                                                                     \
-    if (!std::filesystem::exists(::kvq::test::default_model_dir() / "config.json")) {      \
-      if (::kvq::test::require_model()) {                                                  \
-        FAIL() << "default model missing at " << ::kvq::test::default_model_dir()          \
-               << " (run scripts/fetch-model.sh)";                                         \
-      }                                                                                    \
-      GTEST_SKIP() << "default model not fetched (scripts/fetch-model.sh)";                \
-    }                                                                                      \
+#define KVQ_REQUIRE_DEFAULT_MODEL()                                                   \
+  do {                                                                                \
+    if (!std::filesystem::exists(::kvq::test::default_model_dir() / "config.json")) { \
+      if (::kvq::test::require_model()) {                                             \
+        FAIL() << "default model missing at " << ::kvq::test::default_model_dir()     \
+               << " (run scripts/fetch-model.sh)";                                    \
+      }                                                                               \
+      GTEST_SKIP() << "default model not fetched (scripts/fetch-model.sh)";           \
+    }                                                                                 \
   } while (0)

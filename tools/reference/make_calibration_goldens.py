@@ -16,7 +16,7 @@ Data: GSM8K train (/work/shared/data/gsm8k/train.jsonl), rows 0..63 in file orde
 the selection is recorded as `sample_indices`). Each row is rendered as llm-compressor's
 kv-cache example does it: apply_chat_template([user: question, assistant: answer],
 tokenize=False) then tokenizer(text, max_length=512, truncation=True, add_special_tokens=False).
-The token ids of every sample, in the order the sequential pipeline fed them to the model
+The token ids of every sample, in the order the calibration pipeline fed them to the model
 (recorded with a hook on embed_tokens; the sampler reorders them by length), are written to the
 golden so kvq calibrates on exactly the same tokens in the same order (order matters for the
 moving-average `minmax` observer).

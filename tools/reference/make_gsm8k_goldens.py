@@ -49,6 +49,7 @@ def write_json_atomic(path: Path, obj) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1, ensure_ascii=False)
         f.write("\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 

@@ -84,7 +84,7 @@ std::uint16_t f32_to_fp16(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
   const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs_bits > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (abs_bits >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520: inf
   if (abs_bits < 0x38800000u) {  // below the smallest normal (2^-14): subnormal or zero
     // Adding 0.5 (2^-1) shifts the value so that the fp32 adder rounds to the fp16 subnormal

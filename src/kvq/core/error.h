@@ -62,10 +62,9 @@ namespace detail {
 }  // namespace kvq
 
 // Internal invariant: aborts with file:line when violated. Never use it for user input.
-#define KVQ_CHECK(condition, ...)                                                      \
-  do {                                                                                 \
-    if (!(condition)) [[unlikely]] {                                                   \
-      ::kvq::detail::check_failed(__FILE__, __LINE__, #condition,                      \
-                                  ::fmt::format("" __VA_ARGS__));                      \
-    }                                                                                  \
+#define KVQ_CHECK(condition, ...)                                                                 \
+  do {                                                                                            \
+    if (!(condition)) [[unlikely]] {                                                              \
+      ::kvq::detail::check_failed(__FILE__, __LINE__, #condition, ::fmt::format("" __VA_ARGS__)); \
+    }                                                                                             \
   } while (0)

@@ -51,11 +51,10 @@ void ProgressBar::draw(bool final) {
   bar.resize(kWidth, '.');
   const double r = rate();
   const double eta = r > 0 && total_ > done_ ? static_cast<double>(total_ - done_) / r : 0.0;
-  const std::string line = fmt::format("{} [{}] {}/{} {} {:.1f} {}/s {}{}", label_, bar, done_,
-                                       total_, unit_, r, unit_,
-                                       final ? fmt::format("in {:.1f}s", elapsed_seconds())
-                                             : fmt::format("eta {:.0f}s", eta),
-                                       suffix_.empty() ? "" : "  " + suffix_);
+  const std::string line = fmt::format(
+      "{} [{}] {}/{} {} {:.1f} {}/s {}{}", label_, bar, done_, total_, unit_, r, unit_,
+      final ? fmt::format("in {:.1f}s", elapsed_seconds()) : fmt::format("eta {:.0f}s", eta),
+      suffix_.empty() ? "" : "  " + suffix_);
   std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), final ? "\n" : "");
   std::fflush(stderr);
 }

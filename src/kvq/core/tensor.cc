@@ -109,17 +109,58 @@ std::vector<float> Tensor::to_f32_vector() const {
     const unsigned char* p = bytes + static_cast<std::size_t>(i) * dtype_size(dtype_);
     float v = 0.0f;
     switch (dtype_) {
-      case DType::kF32: std::memcpy(&v, p, 4); break;
-      case DType::kF64: { double d; std::memcpy(&d, p, 8); v = static_cast<float>(d); break; }
-      case DType::kF16: { std::uint16_t h; std::memcpy(&h, p, 2); v = fp16_to_f32(h); break; }
-      case DType::kBF16: { std::uint16_t h; std::memcpy(&h, p, 2); v = bf16_to_f32(h); break; }
-      case DType::kF8E4M3: v = e4m3_to_f32(*p); break;
-      case DType::kF8E5M2: v = e5m2_to_f32(*p); break;
-      case DType::kI8: v = static_cast<float>(static_cast<std::int8_t>(*p)); break;
-      case DType::kU8: case DType::kBool: v = static_cast<float>(*p); break;
-      case DType::kI16: { std::int16_t x; std::memcpy(&x, p, 2); v = static_cast<float>(x); break; }
-      case DType::kI32: { std::int32_t x; std::memcpy(&x, p, 4); v = static_cast<float>(x); break; }
-      case DType::kI64: { std::int64_t x; std::memcpy(&x, p, 8); v = static_cast<float>(x); break; }
+      case DType::kF32:
+        std::memcpy(&v, p, 4);
+        break;
+      case DType::kF64: {
+        double d;
+        std::memcpy(&d, p, 8);
+        v = static_cast<float>(d);
+        break;
+      }
+      case DType::kF16: {
+        std::uint16_t h;
+        std::memcpy(&h, p, 2);
+        v = fp16_to_f32(h);
+        break;
+      }
+      case DType::kBF16: {
+        std::uint16_t h;
+        std::memcpy(&h, p, 2);
+        v = bf16_to_f32(h);
+        break;
+      }
+      case DType::kF8E4M3:
+        v = e4m3_to_f32(*p);
+        break;
+      case DType::kF8E5M2:
+        v = e5m2_to_f32(*p);
+        break;
+      case DType::kI8:
+        v = static_cast<float>(static_cast<std::int8_t>(*p));
+        break;
+      case DType::kU8:
+      case DType::kBool:
+        v = static_cast<float>(*p);
+        break;
+      case DType::kI16: {
+        std::int16_t x;
+        std::memcpy(&x, p, 2);
+        v = static_cast<float>(x);
+        break;
+      }
+      case DType::kI32: {
+        std::int32_t x;
+        std::memcpy(&x, p, 4);
+        v = static_cast<float>(x);
+        break;
+      }
+      case DType::kI64: {
+        std::int64_t x;
+        std::memcpy(&x, p, 8);
+        v = static_cast<float>(x);
+        break;
+      }
     }
     out[static_cast<std::size_t>(i)] = v;
   }

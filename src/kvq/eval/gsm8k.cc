@@ -18,9 +18,10 @@ namespace kvq::eval {
 std::vector<Gsm8kExample> load_gsm8k(const std::filesystem::path& jsonl) {
   std::ifstream in(jsonl, std::ios::binary);
   if (!in) {
-    fail<IoError>("{}: cannot open GSM8K file (it ships in ../shared/data/gsm8k/ next to the "
-                  "project; pass the directory holding test.jsonl and train.jsonl)",
-                  jsonl.string());
+    fail<IoError>(
+        "{}: cannot open GSM8K file (it ships in ../shared/data/gsm8k/ next to the "
+        "project; pass the directory holding test.jsonl and train.jsonl)",
+        jsonl.string());
   }
   std::vector<Gsm8kExample> out;
   std::string line;
@@ -38,8 +39,8 @@ std::vector<Gsm8kExample> load_gsm8k(const std::filesystem::path& jsonl) {
     Gsm8kExample ex;
     for (const char* field : {"question", "answer"}) {
       if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
-        fail<FormatError>("{}:{}: expected an object with a string \"{}\"", jsonl.string(),
-                          line_no, field);
+        fail<FormatError>("{}:{}: expected an object with a string \"{}\"", jsonl.string(), line_no,
+                          field);
       }
     }
     ex.question = j["question"].get<std::string>();
@@ -56,11 +57,12 @@ std::vector<std::vector<std::int64_t>> gsm8k_fewshot_indices(std::int64_t train_
                                                              std::int64_t num_fewshot,
                                                              std::uint64_t seed) {
   if (num_fewshot < 0 || num_fewshot > train_size) {
-    fail<InvalidArgument>("gsm8k: num_fewshot = {} outside [0, {}] (train examples)",
-                          num_fewshot, train_size);
+    fail<InvalidArgument>("gsm8k: num_fewshot = {} outside [0, {}] (train examples)", num_fewshot,
+                          train_size);
   }
   PyRandom rnd(seed);
-  std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(std::max<std::int64_t>(0, count)));
+  std::vector<std::vector<std::int64_t>> out(
+      static_cast<std::size_t>(std::max<std::int64_t>(0, count)));
   // lm-eval returns [] without touching the generator when num_fewshot == 0.
   if (num_fewshot == 0) return out;
   for (auto& draw : out) draw = rnd.sample(train_size, num_fewshot);
@@ -112,10 +114,9 @@ std::string gsm8k_prompt(const tok::ChatTemplate& chat_template,
   if (index < 0 || index >= static_cast<std::int64_t>(test.size())) {
     fail<InvalidArgument>("gsm8k: question index {} outside [0, {})", index, test.size());
   }
-  const auto draws = gsm8k_fewshot_indices(static_cast<std::int64_t>(train.size()), index + 1,
-                                           num_fewshot, seed);
-  return render_prompt(chat_template, test[static_cast<std::size_t>(index)], train,
-                       draws.back());
+  const auto draws =
+      gsm8k_fewshot_indices(static_cast<std::int64_t>(train.size()), index + 1, num_fewshot, seed);
+  return render_prompt(chat_template, test[static_cast<std::size_t>(index)], train, draws.back());
 }
 
 std::string gsm8k_generate(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
@@ -161,9 +162,8 @@ Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
   if (options.limit < 0) fail<InvalidArgument>("gsm8k: limit must be >= 0");
   const auto test = load_gsm8k(options.data_dir / "test.jsonl");
   const auto train = load_gsm8k(options.data_dir / "train.jsonl");
-  const std::int64_t n = options.limit == 0
-                             ? static_cast<std::int64_t>(test.size())
-                             : std::min<std::int64_t>(options.limit, test.size());
+  const std::int64_t n = options.limit == 0 ? static_cast<std::int64_t>(test.size())
+                                            : std::min<std::int64_t>(options.limit, test.size());
   const auto draws = gsm8k_fewshot_indices(static_cast<std::int64_t>(train.size()), n,
                                            options.num_fewshot, options.fewshot_seed);
 
@@ -191,8 +191,7 @@ Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
     bar.set_suffix(fmt::format("flex {:.1f}%", 100.0 * acc.mean));
   }
   bar.finish();
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (n > 0) {
     result.strict_match = mean_se(strict);
     result.flexible_extract = mean_se(flexible);

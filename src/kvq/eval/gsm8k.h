@@ -80,7 +80,7 @@ struct Gsm8kOptions {
 };
 
 struct Gsm8kRecord {
-  std::int64_t index = 0;  // test question index
+  std::int64_t index = 0;                     // test question index
   std::vector<std::int64_t> fewshot_indices;  // train indices of the examples
   std::int64_t prompt_tokens = 0;
   std::int64_t generated_tokens = 0;
@@ -97,8 +97,8 @@ struct Gsm8kResult {
 };
 
 // The prompt string for test question `index` (the few-shot draws of questions 0..index-1 are
-// replayed), rendered with `chat_template` (a model's: tok::ChatTemplate(tokenizer.chat_template())).
-// InvalidArgument for an index out of range.
+// replayed), rendered with `chat_template` (a model's:
+// tok::ChatTemplate(tokenizer.chat_template())). InvalidArgument for an index out of range.
 std::string gsm8k_prompt(const tok::ChatTemplate& chat_template,
                          const std::vector<Gsm8kExample>& test,
                          const std::vector<Gsm8kExample>& train, std::int64_t index,

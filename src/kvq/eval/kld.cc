@@ -67,9 +67,10 @@ void check_options(const KldOptions& o) {
 
 std::vector<PerplexityWindow> windows_for(std::span<const std::int32_t> tokens,
                                           const KldOptions& o) {
-  if (tokens.size() < 2) fail<InvalidArgument>("kld: need at least 2 tokens, got {}", tokens.size());
-  return plan_windows(static_cast<std::int64_t>(tokens.size()), o.ctx, o.stride == 0 ? o.ctx : o.stride,
-                      o.max_windows);
+  if (tokens.size() < 2)
+    fail<InvalidArgument>("kld: need at least 2 tokens, got {}", tokens.size());
+  return plan_windows(static_cast<std::int64_t>(tokens.size()), o.ctx,
+                      o.stride == 0 ? o.ctx : o.stride, o.max_windows);
 }
 
 // Runs `model` on a window; returns final-norm hidden states [len, hidden].
@@ -78,9 +79,9 @@ Tensor window_hidden(model::LlamaModel& model, std::span<const std::int32_t> tok
                      const std::function<void(model::KvCache&)>& prepare) {
   model::KvCache cache = model.make_cache(1, w.end - w.begin, storage);
   if (prepare) prepare(cache);
-  return model.forward_hidden(tokens.subspan(static_cast<std::size_t>(w.begin),
-                                             static_cast<std::size_t>(w.end - w.begin)),
-                              1, cache);
+  return model.forward_hidden(
+      tokens.subspan(static_cast<std::size_t>(w.begin), static_cast<std::size_t>(w.end - w.begin)),
+      1, cache);
 }
 
 // Calls fn(row, target, logits [rows, vocab]) for each chunk of scored rows of a window.
@@ -145,8 +146,7 @@ TokenKl token_kl_full(std::span<const float> base_logits, std::span<const float>
 }
 
 void topk_summary(std::span<const float> logits, std::int32_t target, std::int64_t k,
-                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest,
-                  float& nll) {
+                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest, float& nll) {
   check_vocab(logits, target);
   KVQ_CHECK(k >= 1 && static_cast<std::size_t>(k) <= logits.size() &&
                 ids.size() == static_cast<std::size_t>(k) && logp.size() == ids.size(),
@@ -163,8 +163,8 @@ void topk_summary(std::span<const float> logits, std::int32_t target, std::int64
   for (std::int64_t j = 0; j < k; ++j) {
     const auto u = static_cast<std::size_t>(j);
     ids[u] = order[u];
-    logp[u] = static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(order[u])]) -
-                                 s.lse);
+    logp[u] =
+        static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(order[u])]) - s.lse);
   }
   std::vector<std::int32_t> sorted(order.begin(), order.begin() + k);
   std::sort(sorted.begin(), sorted.end());
@@ -249,7 +249,8 @@ KldResult kld_side_by_side(model::LlamaModel& base, model::LlamaModel& quant,
   double topk_sum = 0.0;
   for (const auto& w : windows) {
     const Tensor hb = window_hidden(base, tokens, w, options.base_kv, options.prepare_base_cache);
-    const Tensor hq = window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
+    const Tensor hq =
+        window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
     std::vector<float> unused;
     for_each_chunk(base, hb, w, options.logits_chunk, lb, [&](std::int64_t r0, std::int64_t rows) {
       const std::int64_t hid = quant.config().hidden_size;
@@ -322,22 +323,26 @@ LogitsCache build_logits_cache(model::LlamaModel& base, std::span<const std::int
     const auto& w = windows[wi];
     LogitsCache window_records(header);
     const Tensor h = window_hidden(base, tokens, w, options.base_kv, options.prepare_base_cache);
-    for_each_chunk(base, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
+    for_each_chunk(
+        base, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
 #pragma omp parallel for schedule(dynamic, 8) if (rows * vocab >= kParallelMin)
-      for (std::int64_t i = 0; i < rows; ++i) {
-        const auto u = static_cast<std::size_t>(i);
-        const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
-        topk_summary(std::span<const float>(logits.data() + u * vocab, static_cast<std::size_t>(vocab)),
-                     target, k, std::span<std::int32_t>(ids.data() + u * k, static_cast<std::size_t>(k)),
-                     std::span<float>(logp.data() + u * k, static_cast<std::size_t>(k)), rest[u], nll[u]);
-      }
-      for (std::int64_t i = 0; i < rows; ++i) {
-        const auto u = static_cast<std::size_t>(i);
-        window_records.append(nll[u], rest[u],
-                              std::span<const std::int32_t>(ids.data() + u * k, static_cast<std::size_t>(k)),
-                              std::span<const float>(logp.data() + u * k, static_cast<std::size_t>(k)));
-      }
-    });
+          for (std::int64_t i = 0; i < rows; ++i) {
+            const auto u = static_cast<std::size_t>(i);
+            const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
+            topk_summary(
+                std::span<const float>(logits.data() + u * vocab, static_cast<std::size_t>(vocab)),
+                target, k, std::span<std::int32_t>(ids.data() + u * k, static_cast<std::size_t>(k)),
+                std::span<float>(logp.data() + u * k, static_cast<std::size_t>(k)), rest[u],
+                nll[u]);
+          }
+          for (std::int64_t i = 0; i < rows; ++i) {
+            const auto u = static_cast<std::size_t>(i);
+            window_records.append(
+                nll[u], rest[u],
+                std::span<const std::int32_t>(ids.data() + u * k, static_cast<std::size_t>(k)),
+                std::span<const float>(logp.data() + u * k, static_cast<std::size_t>(k)));
+          }
+        });
     if (writer) writer->append_window(window_records);
     for (std::int64_t i = 0; i < window_records.tokens(); ++i) {
       const TopKView t = window_records.token(i);
@@ -357,8 +362,9 @@ KldResult kld_against_cache(model::LlamaModel& quant, std::span<const std::int32
   LogitsCacheHeader expected =
       logits_cache_header(cache.header().model_hash, vocab, tokens, options);
   if (!(expected == cache.header()) || cache.tokens() != cache.header().tokens_scored()) {
-    fail<InvalidArgument>("kld: the baseline logits cache was made for other tokens, windows, "
-                          "top_k or vocab; rebuild it");
+    fail<InvalidArgument>(
+        "kld: the baseline logits cache was made for other tokens, windows, "
+        "top_k or vocab; rebuild it");
   }
   const auto windows = windows_for(tokens, options);
   KldResult r;
@@ -373,18 +379,19 @@ KldResult kld_against_cache(model::LlamaModel& quant, std::span<const std::int32
   std::int64_t record = 0;
   for (const auto& w : windows) {
     const Tensor h = window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
-    for_each_chunk(quant, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
+    for_each_chunk(
+        quant, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
 #pragma omp parallel for schedule(dynamic, 8) if (rows * vocab >= kParallelMin)
-      for (std::int64_t i = 0; i < rows; ++i) {
-        const auto u = static_cast<std::size_t>(i);
-        const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
-        rows_out[u] = token_kl_topk(cache.token(record + r0 + i),
-                                    std::span<const float>(logits.data() + u * vocab,
-                                                           static_cast<std::size_t>(vocab)),
-                                    target);
-      }
-      for (std::int64_t i = 0; i < rows; ++i) push(r, rows_out[static_cast<std::size_t>(i)]);
-    });
+          for (std::int64_t i = 0; i < rows; ++i) {
+            const auto u = static_cast<std::size_t>(i);
+            const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
+            rows_out[u] = token_kl_topk(
+                cache.token(record + r0 + i),
+                std::span<const float>(logits.data() + u * vocab, static_cast<std::size_t>(vocab)),
+                target);
+          }
+          for (std::int64_t i = 0; i < rows; ++i) push(r, rows_out[static_cast<std::size_t>(i)]);
+        });
     record += w.scored();
     r.window_scored.push_back(w.scored());
     bar.advance(w.end - w.begin);

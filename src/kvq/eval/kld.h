@@ -49,9 +49,9 @@ namespace kvq::eval {
 
 struct KldOptions {
   std::int64_t ctx = 2048;
-  std::int64_t stride = 0;       // 0: ctx
-  std::int64_t max_windows = 0;  // 0: all
-  std::int64_t top_k = 32;       // cached mode (and mean_kld_topk in exact mode)
+  std::int64_t stride = 0;          // 0: ctx
+  std::int64_t max_windows = 0;     // 0: all
+  std::int64_t top_k = 32;          // cached mode (and mean_kld_topk in exact mode)
   std::int64_t logits_chunk = 256;  // rows of logits computed at once ([chunk, vocab] fp32 each)
   model::KvStorage base_kv = model::KvStorage::kF32;
   model::KvStorage quant_kv = model::KvStorage::kF32;
@@ -92,8 +92,7 @@ TokenKl token_kl_full(std::span<const float> base_logits, std::span<const float>
 // The cache record of a baseline distribution: top-k ids / log-probs, tail log-mass, target NLL.
 // ids, logp: [k].
 void topk_summary(std::span<const float> logits, std::int32_t target, std::int64_t k,
-                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest,
-                  float& nll);
+                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest, float& nll);
 // A cached baseline against a full quantized distribution: kl = KL_K, kl_upper = KL_upper.
 TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
                       std::int32_t target);

@@ -71,9 +71,10 @@ std::pair<LogitsCacheHeader, std::int64_t> read_header(std::ifstream& in,
     fail<FormatError>("{}: not a kvq logits cache (bad magic)", path.string());
   }
   if (version != kLogitsCacheVersion) {
-    fail<FormatError>("{}: logits cache format version {}, this kvq reads {}; delete the file to "
-                      "rebuild it",
-                      path.string(), version, kLogitsCacheVersion);
+    fail<FormatError>(
+        "{}: logits cache format version {}, this kvq reads {}; delete the file to "
+        "rebuild it",
+        path.string(), version, kLogitsCacheVersion);
   }
   std::string text(n, '\0');
   in.read(text.data(), n);
@@ -185,8 +186,7 @@ LogitsCache LogitsCache::load(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail<IoError>("{}: cannot open logits cache", path.string());
   auto [header, header_bytes] = read_header(in, path);
-  const std::int64_t expected =
-      header_bytes + header.tokens_scored() * record_bytes(header.top_k);
+  const std::int64_t expected = header_bytes + header.tokens_scored() * record_bytes(header.top_k);
   const auto size = static_cast<std::int64_t>(std::filesystem::file_size(path));
   if (size != expected) {
     fail<FormatError>("{}: logits cache is {} bytes, its header implies {}", path.string(), size,
@@ -202,8 +202,7 @@ std::optional<LogitsCache> LogitsCache::load_if_matching(const std::filesystem::
   if (!std::filesystem::exists(path)) return std::nullopt;
   LogitsCache cache = load(path);
   if (!(cache.header() == expected)) {
-    log::info("{}: logits cache is for another model, text or settings; rebuilding",
-              path.string());
+    log::info("{}: logits cache is for another model, text or settings; rebuilding", path.string());
     return std::nullopt;
   }
   return cache;
@@ -287,7 +286,8 @@ void LogitsCacheWriter::append_window(const LogitsCache& tokens) {
     buf.insert(buf.end(), logp, logp + 4 * k);
   }
   write_all(fd_, buf.data(), buf.size(), partial_);
-  if (::fsync(fd_) != 0) fail<IoError>("{}: fsync failed: {}", partial_.string(), std::strerror(errno));
+  if (::fsync(fd_) != 0)
+    fail<IoError>("{}: fsync failed: {}", partial_.string(), std::strerror(errno));
   ++windows_done_;
 }
 
@@ -304,7 +304,8 @@ void LogitsCacheWriter::commit() {
   fd_ = -1;
   std::error_code ec;
   std::filesystem::rename(partial_, path_, ec);
-  if (ec) fail<IoError>("{}: cannot rename to {}: {}", partial_.string(), path_.string(), ec.message());
+  if (ec)
+    fail<IoError>("{}: cannot rename to {}: {}", partial_.string(), path_.string(), ec.message());
   committed_ = true;
 }
 

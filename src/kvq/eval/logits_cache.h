@@ -43,7 +43,8 @@ struct LogitsCacheHeader {
 };
 
 // 64-bit FNV-1a.
-std::uint64_t fnv1a64(const void* data, std::size_t size, std::uint64_t seed = 0xcbf29ce484222325ULL);
+std::uint64_t fnv1a64(const void* data, std::size_t size,
+                      std::uint64_t seed = 0xcbf29ce484222325ULL);
 std::uint64_t hash_tokens(std::span<const std::int32_t> tokens);
 // Identifies a model directory's contents cheaply: its canonical path, config.json's bytes and
 // the names and sizes of its *.safetensors / *.gguf files (or of a single model file).

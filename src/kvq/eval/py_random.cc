@@ -98,7 +98,8 @@ std::vector<std::int64_t> PyRandom::sample(std::int64_t n, std::int64_t k) {
     std::unordered_set<std::int64_t> selected;
     for (std::int64_t i = 0; i < k; ++i) {
       auto j = static_cast<std::int64_t>(randbelow(static_cast<std::uint64_t>(n)));
-      while (selected.count(j) != 0) j = static_cast<std::int64_t>(randbelow(static_cast<std::uint64_t>(n)));
+      while (selected.count(j) != 0)
+        j = static_cast<std::int64_t>(randbelow(static_cast<std::uint64_t>(n)));
       selected.insert(j);
       result[static_cast<std::size_t>(i)] = j;
     }

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/lifecycle/match.h"
-#include "kvq/lifecycle/qdq.h"
+#include "kvq/lifecycle/states_tensor.h"
+#include "kvq/quant/fake_quantize.h"
+#include "kvq/quant/qparams.h"
 
 namespace kvq::lifecycle {
 
@@ -74,9 +77,13 @@ AttentionQParam init_qparam(const std::string& module_name, const std::string& b
   p.scale.assign(static_cast<std::size_t>(shape_numel(p.shape)),
                  std::numeric_limits<float>::quiet_NaN());
   p.scale_dtype = scale_dtype;
-  p.zp_dtype = args.zp_dtype.value_or(args.pytorch_dtype());
+  // zp_dtype inference of 0.19.0: FP4 → float8_e4m3fn, else pytorch_dtype() (which has no 4-bit
+  // float dtype).
+  p.zp_dtype = args.zp_dtype   ? *args.zp_dtype
+               : args.is_fp4() ? DType::kF8E4M3
+                               : args.pytorch_dtype();
   if (force_zero_point || !args.symmetric) p.zero_point = std::vector<float>(p.scale.size(), 0.0f);
-  (void)calculate_range(args);  // unsupported bit widths fail here, not mid-forward
+  (void)quant::calculate_range(args);  // unsupported bit widths fail here, not mid-forward
   return p;
 }
 
@@ -93,16 +100,18 @@ bool is_linear_or_embedding(const model::Module& m) {
 }  // namespace
 
 bool AttentionQParam::calibrated() const {
-  return !scale.empty() && std::all_of(scale.begin(), scale.end(), [](float s) {
-    return std::isfinite(s) && s > 0.0f;
-  });
+  return !scale.empty() && std::all_of(scale.begin(), scale.end(),
+                                       [](float s) { return std::isfinite(s) && s > 0.0f; });
 }
 
 std::optional<AttentionQParam>& QuantizedAttentionState::param(char base) {
   switch (base) {
-    case 'q': return q;
-    case 'k': return k;
-    case 'v': return v;
+    case 'q':
+      return q;
+    case 'k':
+      return k;
+    case 'v':
+      return v;
   }
   KVQ_CHECK(false, "bad base {}", base);
   return q;
@@ -120,8 +129,14 @@ void forward_quantize(const QuantizedAttentionState& state, char base, model::St
         "{}.{}_scale is not calibrated (NaN, zero or infinite): run calibration (kvq oneshot) or "
         "load a quantized checkpoint before running with quantization enabled",
         state.name, base);
-  static const std::vector<float> kNoZp;
-  fake_quantize(states, p->scale, p->zero_point ? *p->zero_point : kNoZp, state.args());
+  // Scale / zero point as compressed-tensors holds them ([1] or [heads, 1, 1]), fp32: the
+  // states are fp32 and the scale values are already representable in scale_dtype. The zero
+  // point enters as `zp.to(x.dtype)`, so fp32 codes give the same result as zp_dtype codes.
+  const Tensor scale = Tensor::from_f32(p->shape, p->scale);
+  std::optional<Tensor> zp;
+  if (p->zero_point) zp = Tensor::from_f32(p->shape, *p->zero_point);
+  assign_states(states, quant::fake_quantize(states_tensor(states), scale, zp ? &*zp : nullptr,
+                                             state.args()));
 }
 
 QuantizationLifecycle::~QuantizationLifecycle() {
@@ -149,12 +164,13 @@ void QuantizationLifecycle::install_quantization_hooks(QuantizedAttentionState& 
   handles.clear();
   QuantizedAttentionState* s = &state;
   if (s->has_kv_cache) {
-    handles.push_back(s->module->register_key_hook([s](model::AttentionModule&, model::StatesView v) {
-      if (s->quantization_enabled) forward_quantize(*s, 'k', v);
-    }));
     handles.push_back(
-        s->module->register_value_hook([s](model::AttentionModule&, model::StatesView v) {
-          if (s->quantization_enabled) forward_quantize(*s, 'v', v);
+        s->module->register_key_hook([this, s](model::AttentionModule&, model::StatesView v) {
+          if (s->quantization_enabled && kv_fake_quant_) forward_quantize(*s, 'k', v);
+        }));
+    handles.push_back(
+        s->module->register_value_hook([this, s](model::AttentionModule&, model::StatesView v) {
+          if (s->quantization_enabled && kv_fake_quant_) forward_quantize(*s, 'v', v);
         }));
   }
   if (s->has_impl) {
@@ -197,8 +213,8 @@ void QuantizationLifecycle::check_scales(std::string_view what) const {
           fail<InvalidArgument>("{}{}{}.{}_scale[{}] = {} ({})", what, what.empty() ? "" : ": ",
                                 s->name, base, i, v,
                                 std::isnan(v) ? "never calibrated or NaN states"
-                                : v == 0  ? "zero"
-                                          : "not finite or negative");
+                                : v == 0      ? "zero"
+                                              : "not finite or negative");
       }
     }
 }
@@ -208,7 +224,7 @@ std::vector<std::string> QuantizationLifecycle::export_warnings() const { return
 std::optional<QuantizationConfig> QuantizationLifecycle::config_from_model() const {
   std::vector<QuantizationScheme> schemes;
   std::optional<QuantizationStatus> status;
-  std::vector<std::string> type_names;                                  // quantized types
+  std::vector<std::string> type_names;                                   // quantized types
   std::vector<std::pair<std::string, std::vector<std::string>>> ignore;  // insertion-ordered
   std::optional<QuantizationArgs> kv;
   std::map<const model::Module*, const QuantizedAttentionState*> by_module;
@@ -231,7 +247,8 @@ std::optional<QuantizationConfig> QuantizationLifecycle::config_from_model() con
       kv = s->scheme.input_activations;
     }
     if (!has_group) {
-      auto jt = std::find_if(ignore.begin(), ignore.end(), [&](auto& p) { return p.first == type; });
+      auto jt =
+          std::find_if(ignore.begin(), ignore.end(), [&](auto& p) { return p.first == type; });
       if (jt == ignore.end()) {
         ignore.emplace_back(type, std::vector<std::string>{});
         jt = std::prev(ignore.end());
@@ -320,7 +337,8 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::LlamaMod
   for (auto& [t, s] : target_to_scheme) targets.push_back(t);
   const std::vector<std::string> ignore = config.ignore.value_or(std::vector<std::string>{});
   std::vector<std::string> unmatched;
-  auto matched = match_named_modules(model.root(), targets, ignore, /*warn_on_fail=*/true, &unmatched);
+  auto matched =
+      match_named_modules(model.root(), targets, ignore, /*warn_on_fail=*/true, &unmatched);
   if (!unmatched.empty())
     fail<ConfigError>("quantization config: target(s) {} match no module of the model",
                       fmt::join(unmatched, ", "));
@@ -328,9 +346,9 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::LlamaMod
   for (auto& [name, m] : matched) {
     const auto mt = match_targets(name, *m, targets);
     const QuantizationScheme& scheme =
-        *std::find_if(target_to_scheme.begin(), target_to_scheme.end(),
-                      [&](auto& p) { return p.first == mt.front(); })
-             ->second;
+        *std::find_if(target_to_scheme.begin(), target_to_scheme.end(), [&](auto& p) {
+           return p.first == mt.front();
+         })->second;
     if (dynamic_cast<model::AttentionModule*>(m) &&
         is_narrow_match(model.root(), scheme.targets, name, m)) {
       validate_attention_scheme(scheme, name);
@@ -344,7 +362,8 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::LlamaMod
       s.v = init_qparam(name, "v", args, kv_heads, scale_dtype, force_zp);
       s.status = config.quantization_status;
       if (!args.symmetric)
-        lc->export_warnings_.push_back(name + ": asymmetric attention quantization (vLLM requires symmetric)");
+        lc->export_warnings_.push_back(
+            name + ": asymmetric attention quantization (vLLM requires symmetric)");
       any_group_applied = true;
     } else if (is_linear_or_embedding(*m) && scheme_quantizes_anything(scheme)) {
       fail<NotSupported>(
@@ -356,16 +375,18 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::LlamaMod
     // Other matched modules (decoder layers, norms, non-narrow attention matches) are skipped
     // silently, as compressed-tensors 0.19.0 does.
   }
-  const bool groups_quantize = std::any_of(config.config_groups.begin(), config.config_groups.end(),
-                                           [](auto& g) { return scheme_quantizes_anything(g.second); });
+  const bool groups_quantize =
+      std::any_of(config.config_groups.begin(), config.config_groups.end(),
+                  [](auto& g) { return scheme_quantizes_anything(g.second); });
   if (groups_quantize && !any_group_applied)
     fail<ConfigError>(
         "quantization config: config groups select no attention module (targets {} match only "
         "modules kvq does not quantize, or attention modules only broadly, e.g. through a parent)",
         fmt::join(targets, ", "));
   if (lc->states_.empty())
-    fail<ConfigError>("quantization config selects nothing to quantize (no kv_cache_scheme and no "
-                      "config groups)");
+    fail<ConfigError>(
+        "quantization config selects nothing to quantize (no kv_cache_scheme and no "
+        "config groups)");
 
   // Keep named_modules order (kv pass and group pass both walk it, but groups may add states).
   std::vector<model::Module*> order = model.named_modules();

@@ -8,7 +8,8 @@
 //  - kv_cache_scheme first: EVERY attention module gets k/v quantization (config.ignore is not
 //    applied, as in the reference); k_scale / v_scale, zero points only when asymmetric.
 //    An asymmetric kv scheme is allowed here (fake quant + int formats) with the reference's
-//    warning "vLLM does not support asymmetric kv cache quantization"; `export_warnings()` lists it.
+//    warning "vLLM does not support asymmetric kv cache quantization"; `export_warnings()` lists
+//    it.
 //  - config groups: target → scheme (later groups overwrite a repeated target string); modules
 //    matched (in named_modules order, minus ignore); the scheme is the one of the highest-priority
 //    matching target (match_targets). An attention module that the scheme's targets match
@@ -69,6 +70,24 @@ class QuantizationLifecycle {
   // Why a checkpoint of this state would not load in vLLM (asymmetric kv, ...); empty when fine.
   std::vector<std::string> export_warnings() const;
 
+  // --- Packed KV cache (kv_cache_spec.cc) ---
+  // The packed format of the kv scheme: fp8 → kFP8E4M3, int8 → kINT8, int4 → kINT4, float 4 →
+  // kNVFP4 (kvq extension: see kv_cache_spec.cc). NotSupported for anything else.
+  quant::KvFormat kv_format() const;
+  // The spec that makes a packed cache store k/v as this lifecycle's k/v fake quantization does:
+  // per layer the calibrated (or loaded) k/v scales, one value (tensor) or one per kv head
+  // (attn_head), and zero points (asymmetric int). NVFP4: global scale 448 / scale per stream.
+  // InvalidArgument naming the module when a scale is not calibrated; NotSupported when some
+  // layers are not quantized (the cache has one format for every layer: use fake quant then).
+  model::KvCacheSpec kv_cache_spec() const;
+  // k/v fake-quantization hooks on (default) or off; q fake quantization is not affected.
+  void set_kv_fake_quantization(bool enabled) { kv_fake_quant_ = enabled; }
+  bool kv_fake_quantization() const { return kv_fake_quant_; }
+  // model().make_cache(batch, capacity, kv_cache_spec()), and turns the k/v fake-quantization
+  // hooks off so k/v are quantized once, by the cache. A forward WITHOUT a cache (or with an
+  // f32 cache) then sees unquantized k/v until set_kv_fake_quantization(true).
+  model::KvCache make_kv_cache(std::int64_t batch, std::int64_t capacity);
+
  private:
   friend std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
       model::LlamaModel& model, const quant::QuantizationConfig& config);
@@ -81,6 +100,7 @@ class QuantizationLifecycle {
   // Per state: the fake-quant hook handles, re-registered last whenever a pre-hook is added.
   std::map<const QuantizedAttentionState*, std::vector<model::HookHandle>> quant_hooks_;
   std::vector<std::string> export_warnings_;
+  bool kv_fake_quant_ = true;
 };
 
 std::unique_ptr<QuantizationLifecycle> apply_quantization_config(

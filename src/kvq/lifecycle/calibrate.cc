@@ -11,23 +11,28 @@
 #include "kvq/core/progress.h"
 #include "kvq/io/atomic_write.h"
 #include "kvq/lifecycle/heatmap_png.h"
-#include "kvq/lifecycle/qdq.h"
+#include "kvq/lifecycle/states_tensor.h"
+#include "kvq/quant/observers.h"
 
 namespace kvq::lifecycle {
 namespace {
 
 float round_to_dtype(float v, DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return round_to_bf16(v);
-    case DType::kF16: return round_to_fp16(v);
-    default: return v;
+    case DType::kBF16:
+      return round_to_bf16(v);
+    case DType::kF16:
+      return round_to_fp16(v);
+    default:
+      return v;
   }
 }
 
 struct ObserverSlot {
   QuantizedAttentionState* state;
   char base;
-  std::unique_ptr<Observer> observer;
+  std::unique_ptr<quant::Observer> observer;
+  std::int64_t updates = 0;  // non-empty states observed (Observer.forward skips empty ones)
 };
 
 }  // namespace
@@ -55,14 +60,22 @@ CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
     if (st.args().is_dynamic()) continue;  // initialize_observer skips dynamic=True
     for (char base : {'q', 'k', 'v'}) {
       if (!st.param(base)) continue;
-      slots.push_back({&st, base, make_observer(st.args())});
-      Observer* obs = slots.back().observer.get();
-      auto hook = [obs](model::AttentionModule&, model::StatesView v) { obs->update(v); };
-      model::HookHandle h = base == 'q'   ? lifecycle.register_query_hook(st, hook)
-                            : base == 'k' ? lifecycle.register_key_hook(st, hook)
-                                          : lifecycle.register_value_hook(st, hook);
-      hooks.emplace_back(std::move(h));
+      slots.push_back({&st, base, quant::make_observer(st.args(), std::string(1, base))});
     }
+  }
+  // Hooks after every slot exists: the lambdas keep pointers into `slots`.
+  for (ObserverSlot& slot : slots) {
+    QuantizedAttentionState& st = *slot.state;
+    ObserverSlot* sp = &slot;
+    auto hook = [sp](model::AttentionModule&, model::StatesView v) {
+      if (v.numel() == 0) return;
+      sp->observer->update(states_tensor(v));
+      ++sp->updates;
+    };
+    model::HookHandle h = slot.base == 'q'   ? lifecycle.register_query_hook(st, hook)
+                          : slot.base == 'k' ? lifecycle.register_key_hook(st, hook)
+                                             : lifecycle.register_value_hook(st, hook);
+    hooks.emplace_back(std::move(h));
   }
   // apply_calibration_status; the pipeline's DisableQuantization context.
   lifecycle.set_status(quant::QuantizationStatus::kCalibration);
@@ -93,17 +106,25 @@ CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
     if (!slot.observer->has_statistics())
       fail<InvalidArgument>("calibration: observer {}.{}_observer never saw any states", st.name,
                             slot.base);
-    const QParams qp = slot.observer->get_qparams();
+    // Statistics first: qparams() clears them (update_qparams at the epoch end).
+    const std::vector<float> min_vals = slot.observer->min_vals().to_f32_vector();
+    const std::vector<float> max_vals = slot.observer->max_vals().to_f32_vector();
+    const quant::ObserverQParams qp = slot.observer->qparams();
+    const std::vector<float> scale = qp.scale.to_f32_vector();
+    const std::vector<float> zero_point = qp.zero_point.to_f32_vector();
+    KVQ_CHECK(scale.size() == p.scale.size() && min_vals.size() == scale.size(),
+              "{}.{}: observer qparams {} vs scale {}", st.name, slot.base, scale.size(),
+              p.scale.size());
     CalibrationRecord rec;
     rec.module = st.name;
     rec.layer = st.module->layer_idx();
     rec.base = slot.base;
-    rec.observations = slot.observer->num_updates();
-    for (std::size_t i = 0; i < qp.scale.size(); ++i) {
-      const float mn = std::min(slot.observer->min_vals()[i], 0.0f);
-      const float mx = std::max(slot.observer->max_vals()[i], 0.0f);
+    rec.observations = slot.updates;
+    for (std::size_t i = 0; i < scale.size(); ++i) {
+      const float mn = std::min(min_vals[i], 0.0f);
+      const float mx = std::max(max_vals[i], 0.0f);
       rec.absmax.push_back(std::max(std::fabs(mn), std::fabs(mx)));
-      const float s = round_to_dtype(qp.scale[i], p.scale_dtype);
+      const float s = round_to_dtype(scale[i], p.scale_dtype);
       if (!(std::isfinite(s) && s > 0.0f) || std::isnan(rec.absmax.back()) ||
           std::isinf(rec.absmax.back()))
         fail<InvalidArgument>(
@@ -111,7 +132,7 @@ CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
             "scale)",
             st.name, slot.base, i, s, rec.absmax.back());
       p.scale[i] = s;
-      if (p.zero_point) (*p.zero_point)[i] = qp.zero_point[i];
+      if (p.zero_point) (*p.zero_point)[i] = zero_point[i];
     }
     rec.scale = p.scale;
     result.records.push_back(std::move(rec));

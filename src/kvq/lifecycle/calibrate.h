@@ -30,10 +30,10 @@ struct CalibrationOptions {
 struct CalibrationRecord {
   std::string module;  // "model.layers.0.self_attn"
   std::int64_t layer = 0;
-  char base = 'k';                 // 'q' | 'k' | 'v'
-  std::vector<float> absmax;       // per qparam element: max(|min|, |max|) of the statistics
-  std::vector<float> scale;        // resulting scale
-  std::int64_t observations = 0;   // observer updates
+  char base = 'k';                // 'q' | 'k' | 'v'
+  std::vector<float> absmax;      // per qparam element: max(|min|, |max|) of the statistics
+  std::vector<float> scale;       // resulting scale
+  std::int64_t observations = 0;  // observer updates
 };
 
 struct CalibrationResult {

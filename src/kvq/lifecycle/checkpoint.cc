@@ -19,10 +19,14 @@ namespace fs = std::filesystem;
 namespace {
 
 // Files a model directory carries besides weights and config.json.
-const char* const kCopiedFiles[] = {"generation_config.json", "tokenizer.json",
-                                    "tokenizer_config.json",  "special_tokens_map.json",
-                                    "chat_template.jinja",    "vocab.json",
-                                    "merges.txt",             "added_tokens.json"};
+const char* const kCopiedFiles[] = {"generation_config.json",
+                                    "tokenizer.json",
+                                    "tokenizer_config.json",
+                                    "special_tokens_map.json",
+                                    "chat_template.jinja",
+                                    "vocab.json",
+                                    "merges.txt",
+                                    "added_tokens.json"};
 
 // "<module>.{q,k,v}_{scale,zero_point}" — attention qparams (stale ones are dropped on save).
 bool is_attention_qparam_name(const std::string& name) {
@@ -36,15 +40,44 @@ Tensor encode(const std::vector<float>& values, const Shape& shape, DType dtype)
   for (std::size_t i = 0; i < values.size(); ++i) {
     const float v = values[i];
     switch (dtype) {
-      case DType::kF32: std::memcpy(p + 4 * i, &v, 4); break;
-      case DType::kF64: { const double d = v; std::memcpy(p + 8 * i, &d, 8); break; }
-      case DType::kBF16: { const std::uint16_t b = f32_to_bf16(v); std::memcpy(p + 2 * i, &b, 2); break; }
-      case DType::kF16: { const std::uint16_t b = f32_to_fp16(v); std::memcpy(p + 2 * i, &b, 2); break; }
-      case DType::kF8E4M3: p[i] = f32_to_e4m3(v); break;
-      case DType::kI8: { const auto b = static_cast<std::int8_t>(std::lround(v)); std::memcpy(p + i, &b, 1); break; }
-      case DType::kI16: { const auto b = static_cast<std::int16_t>(std::lround(v)); std::memcpy(p + 2 * i, &b, 2); break; }
-      case DType::kI32: { const auto b = static_cast<std::int32_t>(std::lround(v)); std::memcpy(p + 4 * i, &b, 4); break; }
-      default: fail<NotSupported>("cannot write a qparam as {}", dtype_name(dtype));
+      case DType::kF32:
+        std::memcpy(p + 4 * i, &v, 4);
+        break;
+      case DType::kF64: {
+        const double d = v;
+        std::memcpy(p + 8 * i, &d, 8);
+        break;
+      }
+      case DType::kBF16: {
+        const std::uint16_t b = f32_to_bf16(v);
+        std::memcpy(p + 2 * i, &b, 2);
+        break;
+      }
+      case DType::kF16: {
+        const std::uint16_t b = f32_to_fp16(v);
+        std::memcpy(p + 2 * i, &b, 2);
+        break;
+      }
+      case DType::kF8E4M3:
+        p[i] = f32_to_e4m3(v);
+        break;
+      case DType::kI8: {
+        const auto b = static_cast<std::int8_t>(std::lround(v));
+        std::memcpy(p + i, &b, 1);
+        break;
+      }
+      case DType::kI16: {
+        const auto b = static_cast<std::int16_t>(std::lround(v));
+        std::memcpy(p + 2 * i, &b, 2);
+        break;
+      }
+      case DType::kI32: {
+        const auto b = static_cast<std::int32_t>(std::lround(v));
+        std::memcpy(p + 4 * i, &b, 4);
+        break;
+      }
+      default:
+        fail<NotSupported>("cannot write a qparam as {}", dtype_name(dtype));
     }
   }
   return t;
@@ -55,15 +88,50 @@ std::vector<float> decode(const Tensor& t, const std::string& what) {
   std::vector<float> out(static_cast<std::size_t>(t.numel()));
   for (std::size_t i = 0; i < out.size(); ++i) {
     switch (t.dtype()) {
-      case DType::kF32: std::memcpy(&out[i], p + 4 * i, 4); break;
-      case DType::kF64: { double d; std::memcpy(&d, p + 8 * i, 8); out[i] = static_cast<float>(d); break; }
-      case DType::kBF16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = bf16_to_f32(b); break; }
-      case DType::kF16: { std::uint16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = fp16_to_f32(b); break; }
-      case DType::kF8E4M3: out[i] = e4m3_to_f32(p[i]); break;
-      case DType::kI8: { std::int8_t b; std::memcpy(&b, p + i, 1); out[i] = b; break; }
-      case DType::kI16: { std::int16_t b; std::memcpy(&b, p + 2 * i, 2); out[i] = b; break; }
-      case DType::kI32: { std::int32_t b; std::memcpy(&b, p + 4 * i, 4); out[i] = static_cast<float>(b); break; }
-      default: fail<FormatError>("{}: unsupported dtype {}", what, dtype_name(t.dtype()));
+      case DType::kF32:
+        std::memcpy(&out[i], p + 4 * i, 4);
+        break;
+      case DType::kF64: {
+        double d;
+        std::memcpy(&d, p + 8 * i, 8);
+        out[i] = static_cast<float>(d);
+        break;
+      }
+      case DType::kBF16: {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        out[i] = bf16_to_f32(b);
+        break;
+      }
+      case DType::kF16: {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        out[i] = fp16_to_f32(b);
+        break;
+      }
+      case DType::kF8E4M3:
+        out[i] = e4m3_to_f32(p[i]);
+        break;
+      case DType::kI8: {
+        std::int8_t b;
+        std::memcpy(&b, p + i, 1);
+        out[i] = b;
+        break;
+      }
+      case DType::kI16: {
+        std::int16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        out[i] = b;
+        break;
+      }
+      case DType::kI32: {
+        std::int32_t b;
+        std::memcpy(&b, p + 4 * i, 4);
+        out[i] = static_cast<float>(b);
+        break;
+      }
+      default:
+        fail<FormatError>("{}: unsupported dtype {}", what, dtype_name(t.dtype()));
     }
   }
   return out;
@@ -86,7 +154,8 @@ quant::Json checkpoint_config_json(const QuantizationLifecycle& lifecycle) {
 }
 
 void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& source_model_dir,
-                     const fs::path& out_dir) {
+                     const fs::path& out_dir,
+                     const std::function<void(const fs::path& dir)>& write_extra) {
   lifecycle.check_scales("save_pretrained");
   for (const std::string& w : lifecycle.export_warnings()) log::warn("export: {}", w);
 
@@ -102,7 +171,8 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
       const auto& p = s->param(base);
       if (!p) continue;
       writer.add(p->tensor_name(s->name), encode(p->scale, p->shape, p->scale_dtype));
-      if (p->zero_point) writer.add(p->zp_tensor_name(s->name), encode(*p->zero_point, p->shape, p->zp_dtype));
+      if (p->zero_point)
+        writer.add(p->zp_tensor_name(s->name), encode(*p->zero_point, p->shape, p->zp_dtype));
     }
 
   quant::Json cfg = quant::Json::parse(io::read_json_file(source_model_dir / "config.json").dump());
@@ -118,6 +188,7 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
       fs::copy_file(source_model_dir / f, dir.path() / f, ec);
       if (ec) fail<IoError>("{}: cannot copy {}: {}", out_dir.string(), f, ec.message());
     }
+  if (write_extra) write_extra(dir.path());
   dir.commit();
 }
 
@@ -126,9 +197,10 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
   const fs::path config_path = model_dir / "config.json";
   const nlohmann::json raw = io::read_json_file(config_path);
   if (!raw.contains("quantization_config") && !raw.contains("compression_config"))
-    fail<ConfigError>("{}: no quantization_config: not a quantized checkpoint", config_path.string());
-  const quant::QuantizationConfig config = quant::parse_quantization_config(
-      quant::Json::parse(raw.dump()), config_path.string());
+    fail<ConfigError>("{}: no quantization_config: not a quantized checkpoint",
+                      config_path.string());
+  const quant::QuantizationConfig config =
+      quant::parse_quantization_config(quant::Json::parse(raw.dump()), config_path.string());
   auto lc = apply_quantization_config(model, config);
   const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
 
@@ -149,7 +221,8 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
                           quant::to_string(s->args().strategy_or_tensor()), p->shape.front());
       if (t.dtype() != p->scale_dtype)
         fail<FormatError>("{}: tensor {} has dtype {}, expected the model dtype {}",
-                          model_dir.string(), name, dtype_name(t.dtype()), dtype_name(p->scale_dtype));
+                          model_dir.string(), name, dtype_name(t.dtype()),
+                          dtype_name(p->scale_dtype));
       p->scale = decode(t, name);
       for (std::size_t i = 0; i < p->scale.size(); ++i)
         if (!(std::isfinite(p->scale[i]) && p->scale[i] > 0.0f))

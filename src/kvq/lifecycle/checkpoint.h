@@ -13,6 +13,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "kvq/lifecycle/apply.h"
@@ -29,10 +30,13 @@ quant::QuantizationConfig checkpoint_config(const QuantizationLifecycle& lifecyc
 // config.json's "quantization_config" object for it (dump with quant::dump_sorted).
 quant::Json checkpoint_config_json(const QuantizationLifecycle& lifecycle);
 
-// InvalidArgument when a scale is not calibrated (nothing is written then).
+// InvalidArgument when a scale is not calibrated (nothing is written then). `write_extra`, when
+// given, writes more files (a calibration report) into the directory before it is committed, so
+// they appear together with the checkpoint or not at all.
 void save_pretrained(const QuantizationLifecycle& lifecycle,
                      const std::filesystem::path& source_model_dir,
-                     const std::filesystem::path& out_dir);
+                     const std::filesystem::path& out_dir,
+                     const std::function<void(const std::filesystem::path& dir)>& write_extra = {});
 
 // Applies model_dir/config.json's quantization_config to `model` (which must be the model of
 // that directory) and loads the q/k/v scales / zero points from its safetensors.

@@ -29,7 +29,8 @@ bool looks_like_jsonl(const std::string& text) {
 }
 
 void truncate(std::vector<std::int32_t>& tokens, std::int64_t max_len) {
-  if (static_cast<std::int64_t>(tokens.size()) > max_len) tokens.resize(static_cast<std::size_t>(max_len));
+  if (static_cast<std::int64_t>(tokens.size()) > max_len)
+    tokens.resize(static_cast<std::size_t>(max_len));
 }
 
 }  // namespace
@@ -38,22 +39,27 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
                                                         const tok::Tokenizer& tokenizer,
                                                         const DatasetOptions& options) {
   if (options.num_samples <= 0)
-    fail<InvalidArgument>("--num-calibration-samples must be positive (got {})", options.num_samples);
+    fail<InvalidArgument>("--num-calibration-samples must be positive (got {})",
+                          options.num_samples);
   if (options.max_seq_length <= 0)
     fail<InvalidArgument>("--max-seq-length must be positive (got {})", options.max_seq_length);
   const std::string text = read_all(path);
   DatasetFormat format = options.format;
   const std::string ext = path.extension().string();
   if (format == DatasetFormat::kAuto)
-    format = (ext == ".jsonl" || ext == ".json" || looks_like_jsonl(text)) ? DatasetFormat::kJsonlText
-                                                                          : DatasetFormat::kText;
+    format = (ext == ".jsonl" || ext == ".json" || looks_like_jsonl(text))
+                 ? DatasetFormat::kJsonlText
+                 : DatasetFormat::kText;
   std::vector<CalibrationSample> samples;
   if (format == DatasetFormat::kText) {
     const std::vector<std::int32_t> all = tokenizer.encode(text, /*add_special_tokens=*/false);
-    for (std::size_t b = 0, i = 0; b < all.size(); b += static_cast<std::size_t>(options.max_seq_length), ++i) {
-      const std::size_t e = std::min(all.size(), b + static_cast<std::size_t>(options.max_seq_length));
-      samples.push_back({static_cast<std::int64_t>(i), {all.begin() + static_cast<std::ptrdiff_t>(b),
-                                                        all.begin() + static_cast<std::ptrdiff_t>(e)}});
+    for (std::size_t b = 0, i = 0; b < all.size();
+         b += static_cast<std::size_t>(options.max_seq_length), ++i) {
+      const std::size_t e =
+          std::min(all.size(), b + static_cast<std::size_t>(options.max_seq_length));
+      samples.push_back({static_cast<std::int64_t>(i),
+                         {all.begin() + static_cast<std::ptrdiff_t>(b),
+                          all.begin() + static_cast<std::ptrdiff_t>(e)}});
     }
   } else {
     // JSONL: every line an object with "text", or "question" + "answer" (GSM8K).
@@ -73,10 +79,12 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
       std::vector<std::int32_t> tokens;
       if (j.contains("question") && j.contains("answer")) {
         if (!j["question"].is_string() || !j["answer"].is_string())
-          fail<FormatError>("{}:{}: \"question\" and \"answer\" must be strings", path.string(), lineno);
+          fail<FormatError>("{}:{}: \"question\" and \"answer\" must be strings", path.string(),
+                            lineno);
         const std::vector<tok::ChatMessage> msgs = {{"user", j["question"].get<std::string>()},
                                                     {"assistant", j["answer"].get<std::string>()}};
-        const std::string rendered = tokenizer.apply_chat_template(msgs, /*add_generation_prompt=*/false);
+        const std::string rendered =
+            tokenizer.apply_chat_template(msgs, /*add_generation_prompt=*/false);
         tokens = tokenizer.encode(rendered, /*add_special_tokens=*/false);
       } else if (j.contains("text")) {
         if (!j["text"].is_string())
@@ -93,7 +101,8 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
     }
   }
   if (samples.empty())
-    fail<InvalidArgument>("{}: the calibration dataset is empty (no non-empty samples)", path.string());
+    fail<InvalidArgument>("{}: the calibration dataset is empty (no non-empty samples)",
+                          path.string());
   if (options.shuffle_seed) {
     std::mt19937_64 rng(*options.shuffle_seed);
     for (std::size_t i = samples.size() - 1; i > 0; --i) {

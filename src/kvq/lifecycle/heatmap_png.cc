@@ -25,11 +25,14 @@ std::array<std::uint8_t, 3> ramp(float t) {
   const float f = t - static_cast<float>(i);
   std::array<std::uint8_t, 3> c{};
   for (int k = 0; k < 3; ++k)
-    c[k] = static_cast<std::uint8_t>(std::lround(kStops[i][k] + f * (kStops[i + 1][k] - kStops[i][k])));
+    c[k] = static_cast<std::uint8_t>(
+        std::lround(kStops[i][k] + f * (kStops[i + 1][k] - kStops[i][k])));
   return c;
 }
 
-void on_png_error(png_structp, png_const_charp msg) { throw IoError(std::string("libpng: ") + msg); }
+void on_png_error(png_structp, png_const_charp msg) {
+  throw IoError(std::string("libpng: ") + msg);
+}
 void on_png_warning(png_structp, png_const_charp) {}
 void append_bytes(png_structp png, png_bytep data, png_size_t n) {
   auto* out = static_cast<std::string*>(png_get_io_ptr(png));
@@ -66,8 +69,9 @@ void write_heatmap_png(const std::vector<HeatmapPanel>& panels, const std::files
         const auto c = ramp((panels[p].rows[y][x] - lo) / span);
         for (int dy = 0; dy < cell_px; ++dy)
           for (int dx = 0; dx < cell_px; ++dx) {
-            const std::size_t px = static_cast<std::size_t>(kGap + y * cell_px + dy) * width +
-                                   static_cast<std::size_t>(x0 + static_cast<int>(x) * cell_px + dx);
+            const std::size_t px =
+                static_cast<std::size_t>(kGap + y * cell_px + dy) * width +
+                static_cast<std::size_t>(x0 + static_cast<int>(x) * cell_px + dx);
             std::copy(c.begin(), c.end(), image.begin() + static_cast<std::ptrdiff_t>(px * 3));
           }
       }
@@ -75,7 +79,8 @@ void write_heatmap_png(const std::vector<HeatmapPanel>& panels, const std::files
   }
 
   std::string bytes;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, on_png_error, on_png_warning);
+  png_structp png =
+      png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, on_png_error, on_png_warning);
   if (!png) fail<IoError>("{}: cannot create a PNG writer", path.string());
   png_infop info = png_create_info_struct(png);
   try {

@@ -11,7 +11,7 @@
 namespace kvq::lifecycle {
 
 struct HeatmapPanel {
-  std::string title;                    // kept for callers / future labels
+  std::string title;                     // kept for callers / future labels
   std::vector<std::vector<float>> rows;  // [rows][cols]; rows may differ in length
 };
 

@@ -24,7 +24,9 @@ const std::regex& compiled(std::string_view pattern) {
   auto it = cache.find(pattern);
   if (it == cache.end()) {
     try {
-      it = cache.emplace(std::string(pattern), std::regex(std::string(pattern), std::regex::ECMAScript))
+      it = cache
+               .emplace(std::string(pattern),
+                        std::regex(std::string(pattern), std::regex::ECMAScript))
                .first;
     } catch (const std::regex_error& e) {
       fail<ConfigError>("invalid target regex 're:{}': {}", pattern, e.what());
@@ -125,7 +127,8 @@ bool is_narrow_match(model::Module& root, std::span<const std::string> targets,
   const std::size_t dot = name.rfind('.');
   const std::string_view parent_name = dot == std::string_view::npos ? name : name.substr(0, dot);
   const model::Module* parent = find_submodule(root, parent_name);
-  if (parent == nullptr) fail<InvalidArgument>("is_narrow_match: no parent module '{}'", parent_name);
+  if (parent == nullptr)
+    fail<InvalidArgument>("is_narrow_match: no parent module '{}'", parent_name);
   // The module's own named_modules() yields relative names; `f"{name}.{child}"` equals each
   // descendant's full name in our tree.
   std::vector<const model::Module*> descendants = module->named_modules();

@@ -1,65 +1,171 @@
 #include "kvq/model/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 
-#include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 
 namespace kvq::model {
+namespace {
 
-KvBuffer::KvBuffer(KvStorage storage, std::int64_t batch, std::int64_t kv_heads,
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// generate_gparam's numerator: E4M3 max (448) times E2M1 max (6).
+constexpr float kNvfp4GlobalNumerator = 448.0f * 6.0f;
+
+// Expands an empty / per-tensor / per-head vector to [kv_heads] values.
+std::vector<float> expand(const std::vector<float>& v, std::int64_t kv_heads, float fallback,
+                          KvFormat format, std::int64_t layer, const char* name) {
+  const auto n = static_cast<std::int64_t>(v.size());
+  if (n == 0) return std::vector<float>(static_cast<std::size_t>(kv_heads), fallback);
+  if (n == 1) return std::vector<float>(static_cast<std::size_t>(kv_heads), v[0]);
+  if (n != kv_heads) {
+    fail<InvalidArgument>(
+        "KV cache ({}): layer {} {} has {} values; expected 1 (per tensor) or {} (per kv head)",
+        quant::kv_format_name(format), layer, name, n, kv_heads);
+  }
+  return v;
+}
+
+// Validated per-head parameters of one buffer. `kv` is "k" or "v".
+KvStreamParams stream_params(const KvCacheSpec& spec, std::int64_t layer, std::int64_t kv_heads,
+                             const char* kv) {
+  const KvFormat f = spec.format;
+  const quant::KvFormatTraits& t = quant::kv_format_traits(f);
+  const std::string base(kv);
+  static const KvLayerScales kDefaults;
+  const KvLayerScales& ls =
+      spec.layers.empty() ? kDefaults : spec.layers[static_cast<std::size_t>(layer)];
+  const bool is_k = base == "k";
+  const auto& scale = is_k ? ls.k_scale : ls.v_scale;
+  const auto& zp = is_k ? ls.k_zero_point : ls.v_zero_point;
+  const auto& gs = is_k ? ls.k_global_scale : ls.v_global_scale;
+  const std::string sname = base + "_scale", zname = base + "_zero_point",
+                    gname = base + "_global_scale";
+  KvStreamParams p;
+
+  if (f == KvFormat::kNVFP4) {
+    p.scale.assign(static_cast<std::size_t>(kv_heads), 1.0f);  // unused: block scales in-row
+  } else {
+    if (t.needs_scale && scale.empty()) {
+      fail<InvalidArgument>(
+          "KV cache ({}): layer {} has no {}: a quantized KV cache needs calibrated scales", t.name,
+          layer, sname);
+    }
+    p.scale = expand(scale, kv_heads, 1.0f, f, layer, sname.c_str());
+    for (std::size_t h = 0; h < p.scale.size(); ++h) {
+      const float s = p.scale[h];
+      if (!std::isfinite(s) || s <= 0.0f) {
+        fail<InvalidArgument>(
+            "KV cache ({}): layer {} {}[{}] is {}{}", t.name, layer, sname, h, s,
+            std::isnan(s) ? ": the scales are not calibrated" : ", expected a finite scale > 0");
+      }
+    }
+  }
+
+  p.zero_point = expand(zp, kv_heads, 0.0f, f, layer, zname.c_str());
+  const float zmin = f == KvFormat::kINT4 ? -8.0f : -128.0f;
+  const float zmax = f == KvFormat::kINT4 ? 7.0f : 127.0f;
+  for (std::size_t h = 0; h < p.zero_point.size(); ++h) {
+    const float z = p.zero_point[h];
+    if (z == 0.0f) continue;
+    if (!t.supports_zero_point) {
+      fail<InvalidArgument>("KV cache ({}): layer {} {}[{}] is {}; {} has no zero point", t.name,
+                            layer, zname, h, z, t.name);
+    }
+    if (!std::isfinite(z) || z != std::nearbyint(z) || z < zmin || z > zmax) {
+      fail<InvalidArgument>("KV cache ({}): layer {} {}[{}] is {}, expected an integer in [{}, {}]",
+                            t.name, layer, zname, h, z, zmin, zmax);
+    }
+  }
+
+  if (f == KvFormat::kNVFP4) {
+    p.global_scale = expand(gs, kv_heads, kNaN, f, layer, gname.c_str());
+    if (!gs.empty()) {
+      for (std::size_t h = 0; h < p.global_scale.size(); ++h) {
+        const float g = p.global_scale[h];
+        if (!std::isfinite(g) || g <= 0.0f) {
+          fail<InvalidArgument>("KV cache ({}): layer {} {}[{}] is {}{}", t.name, layer, gname, h,
+                                g,
+                                std::isnan(g) ? ": the global scales are not calibrated"
+                                              : ", expected a finite global scale > 0");
+        }
+      }
+    }
+  } else {
+    p.global_scale.assign(static_cast<std::size_t>(kv_heads), 1.0f);
+  }
+  return p;
+}
+
+}  // namespace
+
+KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
                    std::int64_t capacity, std::int64_t head_dim)
-    : storage_(storage),
+    : format_(format),
       batch_(batch),
       kv_heads_(kv_heads),
       capacity_(capacity),
       head_dim_(head_dim),
-      row_bytes_(head_dim * static_cast<std::int64_t>(kernels::kv_storage_element_bytes(storage))),
-      scales_(static_cast<std::size_t>(kv_heads), 1.0f) {
+      row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(format, head_dim))) {
+  const auto heads = static_cast<std::size_t>(kv_heads);
+  params_.scale.assign(heads, 1.0f);
+  params_.zero_point.assign(heads, 0.0f);
+  params_.global_scale.assign(heads, format == KvFormat::kNVFP4 ? kNaN : 1.0f);
+  dynamic_global_.assign(heads, format == KvFormat::kNVFP4);
   const std::int64_t total = batch * kv_heads * capacity * row_bytes_;
   bytes_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(total));
 }
 
-void KvBuffer::set_head_scales(std::span<const float> scales) {
-  if (static_cast<std::int64_t>(scales.size()) != kv_heads_) {
-    fail<InvalidArgument>("KV cache scales: expected {} per-head scales, got {}", kv_heads_,
-                          scales.size());
+void KvBuffer::set_params(KvStreamParams params) {
+  const auto heads = static_cast<std::size_t>(kv_heads_);
+  KVQ_CHECK(params.scale.size() == heads && params.zero_point.size() == heads &&
+                params.global_scale.size() == heads,
+            "KV buffer params for {} heads", kv_heads_);
+  params_ = std::move(params);
+  for (std::size_t h = 0; h < heads; ++h) {
+    dynamic_global_[h] = format_ == KvFormat::kNVFP4 && std::isnan(params_.global_scale[h]);
   }
-  for (float s : scales) {
-    if (!std::isfinite(s) || s <= 0.0f) fail<InvalidArgument>("KV cache scale {} is not > 0", s);
+}
+
+void KvBuffer::reset_dynamic() {
+  for (std::size_t h = 0; h < dynamic_global_.size(); ++h) {
+    if (dynamic_global_[h]) params_.global_scale[h] = kNaN;
   }
-  scales_.assign(scales.begin(), scales.end());
 }
 
 void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states) {
   KVQ_CHECK(pos >= 0 && n >= 0 && pos + n <= capacity_, "KV write [{}, {}) past capacity {}", pos,
             pos + n, capacity_);
-  for (std::int64_t b = 0; b < batch_; ++b) {
-    for (std::int64_t h = 0; h < kv_heads_; ++h) {
-      const float* src = states + ((b * kv_heads_ + h) * n) * head_dim_;  // [n, head_dim]
+  if (n == 0) return;
+  const std::int64_t d = head_dim_;
+  for (std::int64_t h = 0; h < kv_heads_; ++h) {
+    const auto hs = static_cast<std::size_t>(h);
+    if (format_ == KvFormat::kNVFP4 && std::isnan(params_.global_scale[hs])) {
+      // Fix the dynamic global scale from this first write (all batch rows of head h).
+      float amax = 0.0f;
+      for (std::int64_t b = 0; b < batch_; ++b) {
+        const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
+        for (std::int64_t i = 0; i < n * d; ++i) {
+          if (std::isfinite(src[i])) amax = std::max(amax, std::fabs(src[i]));
+        }
+      }
+      params_.global_scale[hs] =
+          amax > 0.0f ? kNvfp4GlobalNumerator / (kNvfp4DynamicHeadroom * amax) : 1.0f;
+    }
+    const float scale = params_.scale[hs], zp = params_.zero_point[hs];
+    const float gs = params_.global_scale[hs];
+    for (std::int64_t b = 0; b < batch_; ++b) {
+      const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
       std::byte* dst = bytes_.get() + ((b * kv_heads_ + h) * capacity_ + pos) * row_bytes_;
-      const float scale = scales_[static_cast<std::size_t>(h)];
-      const std::int64_t count = n * head_dim_;
-      switch (storage_) {
-        case KvStorage::kF32:
-          if (scale == 1.0f) {
-            std::memcpy(dst, src, static_cast<std::size_t>(count) * 4);
-          } else {
-            auto* o = reinterpret_cast<float*>(dst);
-            for (std::int64_t i = 0; i < count; ++i) o[i] = src[i] / scale;
-          }
-          break;
-        case KvStorage::kBF16: {
-          auto* o = reinterpret_cast<std::uint16_t*>(dst);
-          for (std::int64_t i = 0; i < count; ++i) o[i] = f32_to_bf16(src[i] / scale);
-          break;
-        }
-        case KvStorage::kF16: {
-          auto* o = reinterpret_cast<std::uint16_t*>(dst);
-          for (std::int64_t i = 0; i < count; ++i) o[i] = f32_to_fp16(src[i] / scale);
-          break;
-        }
+      if (format_ == KvFormat::kF32 && scale == 1.0f) {
+        std::memcpy(dst, src, static_cast<std::size_t>(n * d) * sizeof(float));
+        continue;
+      }
+      for (std::int64_t t = 0; t < n; ++t) {
+        quant::quantize_row(format_, src + t * d, d, scale, zp, gs, dst + t * row_bytes_);
       }
     }
   }
@@ -67,12 +173,16 @@ void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states) {
 
 kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
   KVQ_CHECK(b >= 0 && b < batch_ && h >= 0 && h < kv_heads_, "KV stream ({}, {})", b, h);
+  const auto hs = static_cast<std::size_t>(h);
   kernels::KvRowsView v;
-  v.storage = storage_;
+  v.format = format_;
   v.data = bytes_.get() + (b * kv_heads_ + h) * capacity_ * row_bytes_;
   v.row_bytes = row_bytes_;
   v.head_dim = head_dim_;
-  v.scale = scales_[static_cast<std::size_t>(h)];
+  v.scale = params_.scale[hs];
+  v.zero_point = params_.zero_point[hs];
+  // A dynamic global scale not fixed yet means nothing was written: any value decodes nothing.
+  v.global_scale = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
   return v;
 }
 
@@ -88,22 +198,38 @@ std::vector<float> KvBuffer::read(std::int64_t n) const {
 }
 
 KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
-                 std::int64_t head_dim, std::int64_t capacity, KvStorage storage)
+                 std::int64_t head_dim, std::int64_t capacity, KvFormat format)
+    : KvCache(layers, batch, kv_heads, head_dim, capacity, KvCacheSpec{format, {}}) {}
+
+KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
+                 std::int64_t head_dim, std::int64_t capacity, const KvCacheSpec& spec)
     : batch_(batch),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
       capacity_(capacity),
-      storage_(storage) {
+      format_(spec.format) {
   if (layers <= 0 || batch <= 0 || kv_heads <= 0 || head_dim <= 0 || capacity <= 0) {
     fail<InvalidArgument>(
         "KV cache: layers {}, batch {}, kv_heads {}, head_dim {}, capacity {} must all be > 0",
         layers, batch, kv_heads, head_dim, capacity);
   }
+  if (static_cast<std::size_t>(spec.format) >= quant::kv_format_table().size()) {
+    fail<InvalidArgument>("KV cache: unknown format {}", static_cast<int>(spec.format));
+  }
+  if (!spec.layers.empty() && static_cast<std::int64_t>(spec.layers.size()) != layers) {
+    fail<InvalidArgument>("KV cache ({}): the spec has scales for {} layers, the model has {}",
+                          quant::kv_format_name(spec.format), spec.layers.size(), layers);
+  }
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));
   for (std::int64_t l = 0; l < layers; ++l) {
-    keys_.emplace_back(storage, batch, kv_heads, capacity, head_dim);
-    values_.emplace_back(storage, batch, kv_heads, capacity, head_dim);
+    // Validate before allocating, so a bad spec fails fast.
+    KvStreamParams kp = stream_params(spec, l, kv_heads, "k");
+    KvStreamParams vp = stream_params(spec, l, kv_heads, "v");
+    keys_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim);
+    values_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim);
+    keys_.back().set_params(std::move(kp));
+    values_.back().set_params(std::move(vp));
   }
 }
 
@@ -123,9 +249,19 @@ void KvCache::advance(std::int64_t n) {
   length_ += n;
 }
 
+void KvCache::reset() {
+  length_ = 0;
+  for (KvBuffer& b : keys_) b.reset_dynamic();
+  for (KvBuffer& b : values_) b.reset_dynamic();
+}
+
 void KvCache::truncate(std::int64_t n) {
   if (n < 0 || n > length_) {
     fail<InvalidArgument>("KV cache truncate to {}: length is {}", n, length_);
+  }
+  if (n == 0) {
+    reset();
+    return;
   }
   length_ = n;
 }

@@ -18,10 +18,11 @@
 // data when a row is written (compressed-tensors' tensor_group math: block_scale =
 // e4m3(global_scale · amax_block / 6)); the per-stream fp32 global scale comes from calibration
 // (amax-based, generate_gparam: 448 · 6 / amax) or, when not given, is fixed at the FIRST write to
-// the stream after construction / reset(): 448 · 6 / amax of that write's finite values for that
-// head over the whole batch (1 when they are all zero). Values of later tokens that exceed that
-// amax saturate at block scale 448 (a larger block amax still gets its own block scale up to
-// that bound, so the headroom is the E4M3 range of block scales, not of the values).
+// the stream after construction / reset(): 448 · 6 / (kNvfp4DynamicHeadroom · amax) with amax over
+// that write's finite values for that head across the batch (global scale 1 when they are all 0).
+// The headroom (4, a power of two) lets later tokens be up to 4× larger than the first ones
+// before the block scales saturate at 448; it costs only the bottom two binades of the E4M3
+// block-scale range (blocks 2^11× smaller than the first write's amax lose block-scale precision).
 #pragma once
 
 #include <cstddef>
@@ -37,6 +38,9 @@ namespace kvq::model {
 
 using quant::KvFormat;
 using KvStorage = quant::KvFormat;  // former name, kept for existing callers
+
+// Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax.
+inline constexpr float kNvfp4DynamicHeadroom = 4.0f;
 
 // The quantization parameters of one layer's K and V streams. Every vector is empty (the
 // default below), one value (per-tensor: the same for every kv head) or kv_heads values

@@ -152,9 +152,15 @@ std::vector<AttentionModule*> LlamaModel::attention_modules() {
   return out;
 }
 
-KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity, KvStorage storage) const {
+KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity,
+                               const KvCacheSpec& spec) const {
   return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
-                 capacity, storage);
+                 capacity, spec);
+}
+
+KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const {
+  return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
+                 capacity, format);
 }
 
 std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::int64_t batch,

@@ -19,7 +19,8 @@ TEST(Gsm8kGolden, FilterCasesAgreeWithLmEval) {
     const auto& c = cases[i];
     const std::string response = c.at("response"), target = c.at("target");
     const Gsm8kScore s = score_gsm8k(response, target);
-    SCOPED_TRACE(::testing::Message() << "case " << i << " response " << ::testing::PrintToString(response));
+    SCOPED_TRACE(::testing::Message()
+                 << "case " << i << " response " << ::testing::PrintToString(response));
     EXPECT_EQ(s.strict, c.at("strict-match").at("extracted").get<std::string>());
     EXPECT_EQ(s.strict_correct, c.at("strict-match").at("exact_match").get<int>() == 1);
     EXPECT_EQ(s.flexible, c.at("flexible-extract").at("extracted").get<std::string>());

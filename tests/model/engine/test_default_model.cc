@@ -66,8 +66,7 @@ TEST_F(DefaultModel, PrefillAndGreedyDecodeLogits) {
     KvCache cache = model_->make_cache(1, 128);
     const Tensor last = model_->forward(prompt, cache, LogitsMode::kLast);
     const Tensor want_last = g(pre + "prefill_last_logits");
-    EXPECT_LE(max_diff(last.f32(), want_last.f32(), vocab), 1e-3f)
-        << pre << "prefill";
+    EXPECT_LE(max_diff(last.f32(), want_last.f32(), vocab), 1e-3f) << pre << "prefill";
     EXPECT_EQ(std::max_element(last.f32(), last.f32() + vocab) - last.f32(), tokens[0]) << pre;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       const std::int32_t t[1] = {tokens[i]};
@@ -113,14 +112,16 @@ TEST_F(DefaultModel, NamedModulesMatchTransformers) {
   }
 }
 
-TEST_F(DefaultModel, PerplexityOfEightWindows) {
+// The engine's NLL of the first golden window (2048 tokens, golden token ids, so no tokenizer in
+// the loop). All 8 windows and the final perplexity are checked end to end through
+// `kvq perplexity` in tests/model/cli; running them twice would double the slowest model test.
+TEST_F(DefaultModel, NllOfFirstPerplexityWindow) {
   KVQ_REQUIRE_DEFAULT_MODEL();
   const Tensor windows = golden_->tensor("ppl.window_ids");  // [8, 2048]
   const std::vector<std::int32_t> all = ids(windows);
-  const std::int64_t n_win = windows.dim(0), len = windows.dim(1);
+  const std::int64_t n_win = 1, len = windows.dim(1);
   const std::int64_t vocab = model_->config().vocab_size;
   const std::vector<float> want_nll = golden_->tensor("ppl.window_nll_sum").to_f32_vector();
-  double total = 0.0;
   constexpr std::int64_t kChunk = 256;  // logits rows per lm_head call (bounds memory)
   std::vector<float> logits(static_cast<std::size_t>(kChunk * vocab));
   for (std::int64_t w = 0; w < n_win; ++w) {
@@ -143,12 +144,7 @@ TEST_F(DefaultModel, PerplexityOfEightWindows) {
     EXPECT_NEAR(nll, want_nll[static_cast<std::size_t>(w)],
                 1e-3 * want_nll[static_cast<std::size_t>(w)])
         << "window " << w;
-    total += nll;
   }
-  const double ppl = std::exp(total / static_cast<double>(n_win * (len - 1)));
-  const double want = golden_->tensor("ppl.ppl").to_f32_vector()[0];
-  EXPECT_NEAR(ppl, want, 1e-3 * want);
-  std::printf("perplexity %.6f (golden %.6f)\n", ppl, want);
 }
 
 }  // namespace

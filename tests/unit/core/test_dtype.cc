@@ -10,9 +10,9 @@ namespace kvq {
 namespace {
 
 TEST(DType, NamesRoundTrip) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kF8E4M3,
-                  DType::kF8E5M2, DType::kI8, DType::kU8, DType::kI16, DType::kI32, DType::kI64,
-                  DType::kBool}) {
+  for (DType d :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kF8E4M3, DType::kF8E5M2,
+        DType::kI8, DType::kU8, DType::kI16, DType::kI32, DType::kI64, DType::kBool}) {
     EXPECT_EQ(dtype_from_name(dtype_name(d)), d) << dtype_name(d);
     EXPECT_EQ(dtype_from_torch_name(dtype_torch_name(d)), d) << dtype_torch_name(d);
   }

@@ -76,7 +76,10 @@ TEST(Gsm8kData, LoadErrorsNameFileAndLine) {
   }
   {
     std::ofstream f(dir / "bad.jsonl");
-    f << R"({"question": "q", "answer": "#### 1"})" << "\n\n" << R"({"question": "q",)" << "\n";
+    f << R"({"question": "q", "answer": "#### 1"})"
+      << "\n\n"
+      << R"({"question": "q",)"
+      << "\n";
   }
   try {
     load_gsm8k(dir / "bad.jsonl");
@@ -86,7 +89,8 @@ TEST(Gsm8kData, LoadErrorsNameFileAndLine) {
   }
   {
     std::ofstream f(dir / "field.jsonl");
-    f << R"({"question": "q", "answer": 3})" << "\n";
+    f << R"({"question": "q", "answer": 3})"
+      << "\n";
   }
   EXPECT_THROW(load_gsm8k(dir / "field.jsonl"), FormatError);
 }

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "kvq/core/error.h"
+#include "kvq/core/threading.h"
 #include "kvq/eval/logits_cache.h"
 #include "kvq/eval/stats.h"
 #include "kvq/model/llama_model.h"
@@ -19,7 +20,8 @@ namespace {
 std::vector<float> random_logits(std::size_t vocab, std::uint64_t seed, double scale) {
   BootstrapIndexSampler s(seed);
   std::vector<float> out(vocab);
-  for (float& x : out) x = static_cast<float>(scale * (static_cast<double>(s.below(1 << 20)) / (1 << 20) - 0.5));
+  for (float& x : out)
+    x = static_cast<float>(scale * (static_cast<double>(s.below(1 << 20)) / (1 << 20) - 0.5));
   return out;
 }
 
@@ -174,7 +176,11 @@ TEST(LogitsCacheFile, PartialWithOtherHeaderStartsOver) {
 
 class TinyKld : public ::testing::Test {
  protected:
+  // One thread: on a 64-wide model parallel regions cost more than they save, and on a loaded
+  // machine OpenMP's spinning makes this test 20x slower.
   void SetUp() override {
+    threads_ = num_threads();
+    set_num_threads(1);
     model_ = model::LlamaModel::load(test::test_data_dir() / "tiny_llama/gqa");
     BootstrapIndexSampler s(5);
     for (int i = 0; i < 200; ++i) tokens_.push_back(static_cast<std::int32_t>(s.below(256)));
@@ -183,6 +189,8 @@ class TinyKld : public ::testing::Test {
     options_.logits_chunk = 16;
     options_.progress = false;
   }
+  void TearDown() override { set_num_threads(threads_); }
+  int threads_ = 1;
   std::unique_ptr<model::LlamaModel> model_;
   std::vector<std::int32_t> tokens_;
   KldOptions options_;

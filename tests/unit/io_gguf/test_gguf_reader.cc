@@ -140,7 +140,8 @@ TEST(GgufReader, ReadsEveryValueTypeV3) {
 }
 
 TEST(GgufReader, ReadsEveryValueTypeV2) {
-  const GgufFile f = parse(every_type_file(2));
+  const auto b = every_type_file(2);  // the parsed file views these bytes: keep them alive
+  const GgufFile f = parse(b);
   EXPECT_EQ(f.version(), 2u);
   check_every_type_file(f);
 }

@@ -1,11 +1,15 @@
-// Fast attention (tiled prefill, split decode) against the scalar reference, over fp32 / bf16 /
-// fp16 cache storage, GQA groupings, tile-boundary lengths and per-head scales.
+// Fast attention (tiled prefill over decoded tiles, split decode straight over packed rows with
+// dot_row / axpy_row) against the scalar reference (rows decoded with the scalar codec, then plain
+// attention), over every packed KV format (f32, bf16, f16, fp8, int8 and int4 with zero points,
+// nvfp4), GQA groupings, tile-boundary lengths and per-head scales.
 //
 // Tolerance: the output is a convex combination of V rows, so errors are measured relative to
 // max|V|. Both sides compute the same scores with a different summation order (error ~√D·2⁻²⁴
 // of Σ|q·k|) and the fast side rescales partial softmax sums online (a few ulps per tile); 2e-5 ·
 // max|V| leaves ~10× headroom over what we measure, while a wrong mask, group mapping or merge
-// moves outputs by O(max|V|).
+// moves outputs by O(max|V|). The same bound holds for every packed format: both sides read the
+// same codes, and the fast decode only moves the stream factors (k scale into the softmax scale,
+// v scale after the sum), a relative change of a few ulps.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +22,7 @@
 #include "kvq/core/dtype.h"
 #include "kvq/kernels/cpu/attention.h"
 #include "kvq/kernels/ref/ref_kernels.h"
+#include "kvq/quant/formats.h"
 
 namespace kvq::kernels {
 namespace {
@@ -26,38 +31,44 @@ struct Case {
   std::int64_t heads, kv_heads, head_dim, q_len, past;
 };
 
-// A cache of kv_heads streams [capacity, head_dim] in `storage`.
+constexpr KvFormat kAllFormats[] = {KvFormat::kF32,     KvFormat::kBF16, KvFormat::kF16,
+                                    KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4,
+                                    KvFormat::kNVFP4};
+
+// A cache of kv_heads streams [n rows] packed in `format` with quant::quantize_row. Quantized
+// formats get a per-head scale from the head's amax (head h uses a slightly different one, so a
+// kernel that mixes heads up is caught), an integer zero point where the format has one (so the
+// asymmetric path is exercised; a few values clamp, which is fine: both sides read the same
+// codes) and, for nvfp4, the amax-based global scale 448·6/amax.
 struct FakeCache {
-  FakeCache(KvStorage storage, std::int64_t kv_heads, std::int64_t n, std::int64_t d,
+  FakeCache(KvFormat format, std::int64_t kv_heads, std::int64_t n, std::int64_t d,
             std::uint64_t seed, float value_scale = 1.0f)
-      : storage_(storage),
+      : format_(format),
         d_(d),
         n_(n),
-        row_bytes_(d * static_cast<std::int64_t>(kv_storage_element_bytes(storage))),
+        row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(format, d))),
         bytes_(static_cast<std::size_t>(kv_heads * n * row_bytes_)) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> dist(0.0f, value_scale);
+    const quant::KvFormatTraits& t = quant::kv_format_traits(format);
+    std::vector<float> x(static_cast<std::size_t>(n * d));
     for (std::int64_t h = 0; h < kv_heads; ++h) {
-      for (std::int64_t i = 0; i < n * d; ++i) {
-        const float v = dist(rng);
-        std::byte* p = bytes_.data() + h * n * row_bytes_;
-        switch (storage) {
-          case KvStorage::kF32:
-            std::memcpy(p + i * 4, &v, 4);
-            break;
-          case KvStorage::kBF16: {
-            const std::uint16_t b = f32_to_bf16(v);
-            std::memcpy(p + i * 2, &b, 2);
-            break;
-          }
-          case KvStorage::kF16: {
-            const std::uint16_t b = f32_to_fp16(v);
-            std::memcpy(p + i * 2, &b, 2);
-            break;
-          }
-        }
+      float amax = 0.0f;
+      for (float& v : x) {
+        v = dist(rng);
+        amax = std::max(amax, std::fabs(v));
       }
-      KvRowsView view{storage, bytes_.data() + h * n * row_bytes_, row_bytes_, d, 1.0f};
+      KvRowsView view{format, bytes_.data() + h * n * row_bytes_, row_bytes_, d};
+      const float spread = 1.0f + 0.1f * static_cast<float>(h);
+      if (format == KvFormat::kFP8E4M3) view.scale = spread * amax / 448.0f;
+      if (format == KvFormat::kINT8) view.scale = spread * amax / 127.0f;
+      if (format == KvFormat::kINT4) view.scale = spread * amax / 7.0f;
+      if (t.supports_zero_point) view.zero_point = (h % 2 == 0) ? 1.0f : -2.0f;
+      if (format == KvFormat::kNVFP4) view.global_scale = 448.0f * 6.0f / (spread * amax);
+      for (std::int64_t r = 0; r < n; ++r) {
+        quant::quantize_row(format, x.data() + r * d, d, view.scale, view.zero_point,
+                            view.global_scale, bytes_.data() + (h * n + r) * row_bytes_);
+      }
       views.push_back(view);
     }
   }
@@ -65,12 +76,12 @@ struct FakeCache {
     float m = 0.0f;
     std::vector<float> rows(static_cast<std::size_t>(n_ * d_));
     for (const KvRowsView& v : views) {
-      load_kv_rows(v, 0, n_, rows.data());
+      load_kv_rows_ref(v, 0, n_, rows.data());
       for (float x : rows) m = std::max(m, std::fabs(x));
     }
     return m;
   }
-  KvStorage storage_;
+  KvFormat format_;
   std::int64_t d_, n_, row_bytes_;
   std::vector<std::byte> bytes_;
   std::vector<KvRowsView> views;
@@ -119,7 +130,7 @@ const Case kCases[] = {
 };
 
 TEST(Attention, PrefillMatchesReference) {
-  for (KvStorage storage : {KvStorage::kF32, KvStorage::kBF16, KvStorage::kF16}) {
+  for (KvFormat storage : kAllFormats) {
     for (const Case& c : kCases) {
       const std::int64_t total = c.past + c.q_len;
       FakeCache k(storage, c.kv_heads, total, c.head_dim, 100 + total);
@@ -130,9 +141,10 @@ TEST(Attention, PrefillMatchesReference) {
       std::vector<float> got(want.size(), NAN);
       AttentionParams p{c.heads, c.kv_heads, c.head_dim, c.q_len, c.past, scale};
       attention_prefill(p, q.data(), k.views.data(), v.views.data(), got.data());
-      expect_close(got, want, 2e-5f * v.max_abs(),
-                   fmt::format("prefill {} H={} Hkv={} D={} S={} past={}", kv_storage_name(storage),
-                               c.heads, c.kv_heads, c.head_dim, c.q_len, c.past));
+      expect_close(
+          got, want, 2e-5f * v.max_abs(),
+          fmt::format("prefill {} H={} Hkv={} D={} S={} past={}", quant::kv_format_name(storage),
+                      c.heads, c.kv_heads, c.head_dim, c.q_len, c.past));
     }
   }
 }
@@ -140,7 +152,7 @@ TEST(Attention, PrefillMatchesReference) {
 TEST(Attention, DecodeMatchesReferenceForEverySplit) {
   const Case decode_cases[] = {{1, 1, 8, 1, 0},   {4, 2, 16, 1, 1},    {9, 3, 64, 1, 63},
                                {9, 3, 64, 1, 64}, {9, 3, 64, 1, 1000}, {8, 8, 32, 1, 300}};
-  for (KvStorage storage : {KvStorage::kF32, KvStorage::kBF16}) {
+  for (KvFormat storage : kAllFormats) {
     for (const Case& c : decode_cases) {
       const std::int64_t total = c.past + 1;
       FakeCache k(storage, c.kv_heads, total, c.head_dim, 7 + total);
@@ -152,9 +164,9 @@ TEST(Attention, DecodeMatchesReferenceForEverySplit) {
       for (std::int64_t splits : {1, 2, 3, 7, 64}) {
         std::vector<float> got(want.size(), NAN);
         attention_decode(p, q.data(), k.views.data(), v.views.data(), got.data(), splits);
-        expect_close(
-            got, want, 2e-5f * v.max_abs(),
-            fmt::format("decode {} past={} splits={}", kv_storage_name(storage), c.past, splits));
+        expect_close(got, want, 2e-5f * v.max_abs(),
+                     fmt::format("decode {} past={} splits={}", quant::kv_format_name(storage),
+                                 c.past, splits));
       }
       std::vector<float> got(want.size(), NAN);
       attention(p, q.data(), k.views.data(), v.views.data(), got.data());  // dispatcher
@@ -165,7 +177,7 @@ TEST(Attention, DecodeMatchesReferenceForEverySplit) {
 
 TEST(Attention, PerHeadScalesAreApplied) {
   const Case c{4, 2, 16, 9, 3};
-  FakeCache k(KvStorage::kF32, 2, 12, 16, 1), v(KvStorage::kF32, 2, 12, 16, 2);
+  FakeCache k(KvFormat::kF32, 2, 12, 16, 1), v(KvFormat::kF32, 2, 12, 16, 2);
   k.views[1].scale = 0.5f;
   v.views[0].scale = 3.0f;
   const auto q = random_q(c, 3, 1.0f);
@@ -178,7 +190,7 @@ TEST(Attention, PerHeadScalesAreApplied) {
 
 TEST(Attention, PeakedAndFlatSoftmaxStayFinite) {
   const Case c{2, 1, 32, 70, 10};
-  FakeCache k(KvStorage::kF32, 1, 80, 32, 4, 10.0f), v(KvStorage::kF32, 1, 80, 32, 5);
+  FakeCache k(KvFormat::kF32, 1, 80, 32, 4, 10.0f), v(KvFormat::kF32, 1, 80, 32, 5);
   // Huge scores (|s| ~ 1e3): exp would overflow without max subtraction.
   const auto q = random_q(c, 6, 10.0f);
   const auto want = reference(c, q, k, v, 1.0f);

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "kvq/core/error.h"
-#include "kvq/lifecycle/apply.h"
 #include "kvq/core/float8.h"
 #include "kvq/io/safetensors.h"
-#include "kvq/lifecycle/qdq.h"
+#include "kvq/lifecycle/apply.h"
 #include "kvq/model/llama_model.h"
+#include "kvq/quant/qparams.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
 
@@ -111,14 +111,17 @@ TEST(Apply, FakeQuantChangesLogitsAndQdqIsExactOnGrid) {
   set_all_scales(*lc, 0.01f);
   const Tensor got = m->forward(prompt());
   double diff = 0;
-  for (std::int64_t i = 0; i < ref.numel(); ++i) diff = std::max(diff, double(std::fabs(got.f32()[i] - ref.f32()[i])));
+  for (std::int64_t i = 0; i < ref.numel(); ++i)
+    diff = std::max(diff, double(std::fabs(got.f32()[i] - ref.f32()[i])));
   EXPECT_GT(diff, 0.0);
   EXPECT_LT(diff, 1.0);  // FP8 with a sane scale perturbs, does not destroy
   // The k states the key hook sees after quantization lie on the scaled E4M3 grid.
   auto* s = lc->states()[0].get();
   std::vector<float> seen;
-  model::ScopedHook probe(s->module->register_key_hook(
-      [&](model::AttentionModule&, model::StatesView v) { seen.assign(v.data, v.data + v.numel()); }));
+  model::ScopedHook probe(
+      s->module->register_key_hook([&](model::AttentionModule&, model::StatesView v) {
+        seen.assign(v.data, v.data + v.numel());
+      }));
   m->forward(prompt());
   ASSERT_FALSE(seen.empty());
   for (float x : seen) EXPECT_EQ(round_to_e4m3(x / 0.01f) * 0.01f, x);
@@ -194,9 +197,11 @@ TEST(Apply, AsymmetricInt8KvWorksAndIsFlagged) {
   for (const auto& st : lc->states())
     for (char b : {'k', 'v'}) {
       auto& p = *st->param(b);
-      const QParams qp = calculate_qparams(std::vector<float>(2, -1.0f), std::vector<float>(2, 3.0f), st->args());
-      p.scale = qp.scale;
-      *p.zero_point = qp.zero_point;
+      const quant::QParams qp = quant::calculate_qparams(
+          Tensor::from_f32({2, 1, 1}, std::vector<float>(2, -1.0f)),
+          Tensor::from_f32({2, 1, 1}, std::vector<float>(2, 3.0f)), st->args());
+      p.scale = qp.scale.to_f32_vector();
+      *p.zero_point = qp.zero_point.to_f32_vector();
     }
   // (3 - -1) / 255 and zp = round(-128 + 1/scale) = round(-64.25) = -64.
   EXPECT_FLOAT_EQ(s->k->scale[0], 4.0f / 255.0f);
@@ -221,7 +226,11 @@ TEST(Apply, Errors) {
       "weights": {"num_bits": 8, "type": "float"}}}})"));
     FAIL();
   } catch (const NotSupported& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported yet: weight/activation quantization of Linear modules (targets Linear)"), std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "not supported yet: weight/activation quantization of Linear modules (targets Linear)"),
+        std::string::npos)
+        << e.what();
   }
   // Reference validation of attention schemes.
   try {
@@ -229,7 +238,8 @@ TEST(Apply, Errors) {
       "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}}})"));
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("Cannot apply weight quantization to attention"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("Cannot apply weight quantization to attention"),
+              std::string::npos);
   }
   EXPECT_THROW(apply_quantization_config(*m, config(R"({"config_groups": {"g": {"targets":
     ["LlamaAttention"], "output_activations": {"num_bits": 8, "type": "float"}}}})")),

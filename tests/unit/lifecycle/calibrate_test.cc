@@ -8,7 +8,10 @@
 
 #include "kvq/core/error.h"
 #include "kvq/lifecycle/calibrate.h"
-#include "kvq/lifecycle/qdq.h"
+#include "kvq/lifecycle/states_tensor.h"
+#include "kvq/quant/fake_quantize.h"
+#include "kvq/quant/observers.h"
+#include "kvq/quant/qparams.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
 
@@ -66,41 +69,51 @@ TEST(Calibrate, PerHeadStaticMinMaxMatchesProbe) {
   EXPECT_EQ(r.records.size(), 9u);
 }
 
+// The lifecycle's observers are kvq::quant's (golden-tested against llm-compressor 0.14.0.1 by
+// tests/golden/quant); this checks the rules through the StatesView adapter the hooks use.
 TEST(Calibrate, ObserverRules) {
   quant::QuantizationArgs a = quant::QuantizationArgs::from_json(
       quant::Json::parse(R"({"num_bits": 8, "type": "float", "strategy": "tensor"})"));
   std::vector<float> x1{-1, 2}, x2{-4, 1};
   model::StatesView v1{x1.data(), 1, 1, 1, 2}, v2{x2.data(), 1, 1, 1, 2};
-  auto mm = make_observer(a);  // observer null → "minmax" (llmcompressor 0.14.0.1)
+  auto mm = quant::make_observer(a, "k");  // observer null → "minmax" (llmcompressor 0.14.0.1)
   EXPECT_EQ(mm->name(), "minmax");
-  mm->update(v1);
-  mm->update(v2);
-  EXPECT_FLOAT_EQ(mm->min_vals()[0], -1.0f * 0.99f + -4.0f * 0.01f);
-  EXPECT_FLOAT_EQ(mm->max_vals()[0], 2.0f * 0.99f + 1.0f * 0.01f);
+  mm->update(states_tensor(v1));
+  mm->update(states_tensor(v2));
+  EXPECT_FLOAT_EQ(mm->min_vals().f32()[0], -1.0f * 0.99f + -4.0f * 0.01f);
+  EXPECT_FLOAT_EQ(mm->max_vals().f32()[0], 2.0f * 0.99f + 1.0f * 0.01f);
   a.observer = "static_minmax";
-  auto st = make_observer(a);
-  st->update(v1);
-  st->update(v2);
-  EXPECT_EQ(st->min_vals()[0], -4.0f);
-  EXPECT_EQ(st->max_vals()[0], 2.0f);
-  EXPECT_EQ(st->get_qparams().scale[0], 4.0f / 448.0f);
-  a.observer = "mse";
-  EXPECT_THROW(make_observer(a), NotSupported);
+  auto st = quant::make_observer(a, "k");
+  st->update(states_tensor(v1));
+  st->update(states_tensor(v2));
+  EXPECT_EQ(st->min_vals().f32()[0], -4.0f);
+  EXPECT_EQ(st->max_vals().f32()[0], 2.0f);
+  EXPECT_EQ(st->qparams().scale.f32()[0], 4.0f / 448.0f);
+  EXPECT_FALSE(st->has_statistics());  // qparams() ends the epoch
+  a.observer = "no_such_observer";
+  EXPECT_THROW(quant::make_observer(a, "k"), ConfigError);
 }
 
 TEST(Calibrate, SpecGoldenVectorsInt4) {
-  // compressed-tensors test_static_lifecycle golden (spec §2.8), fp32 here: attn_head int4.
+  // compressed-tensors test_static_lifecycle golden (spec §2.8), fp32 here: attn_head int4,
+  // through the same adapter forward_quantize uses.
   quant::QuantizationArgs a = quant::QuantizationArgs::from_json(
       quant::Json::parse(R"({"num_bits": 4, "type": "int", "strategy": "attn_head"})"));
-  const QParams qp = calculate_qparams(std::vector<float>{0, 12}, std::vector<float>{11, 23}, a);
-  EXPECT_FLOAT_EQ(qp.scale[0], 11.0f / 7.5f);
-  EXPECT_FLOAT_EQ(qp.scale[1], 23.0f / 7.5f);
+  const std::vector<float> mins{0.0f, 12.0f}, maxs{11.0f, 23.0f};
+  const quant::QParams qp = quant::calculate_qparams(Tensor::from_f32({2, 1, 1}, mins),
+                                                     Tensor::from_f32({2, 1, 1}, maxs), a);
+  EXPECT_FLOAT_EQ(qp.scale.f32()[0], 11.0f / 7.5f);
+  EXPECT_FLOAT_EQ(qp.scale.f32()[1], 23.0f / 7.5f);
   std::vector<float> x(24);
   for (int i = 0; i < 24; ++i) x[i] = static_cast<float>(i);
-  fake_quantize(model::StatesView{x.data(), 1, 2, 3, 4}, qp.scale, {}, a);
+  const model::StatesView v{x.data(), 1, 2, 3, 4};
+  assign_states(v, quant::fake_quantize(states_tensor(v), qp.scale, nullptr, a));
   // 23 / (23/7.5) = 7.5 → clamp 7 → 7 * scale.
   EXPECT_FLOAT_EQ(x[23], 7.0f * 23.0f / 7.5f);
-  EXPECT_FLOAT_EQ(x[12], 12.0f / (23.0f / 7.5f) > 3.5f ? 4.0f * 23.0f / 7.5f : 0.0f);
+  // 12 / (23/7.5) = 3.913 → 4.
+  EXPECT_FLOAT_EQ(x[12], 4.0f * 23.0f / 7.5f);
+  // head 0: 5 / (11/7.5) = 3.41 → 3.
+  EXPECT_FLOAT_EQ(x[5], 3.0f * 11.0f / 7.5f);
 }
 
 TEST(Calibrate, BadInputs) {

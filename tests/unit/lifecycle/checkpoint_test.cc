@@ -19,7 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path tiny_dir() { return test::test_data_dir() / "tiny_llama" / "gqa"; }
-fs::path recipe(const std::string& n) { return test::test_data_dir() / "lifecycle" / "recipes" / (n + ".yaml"); }
+fs::path recipe(const std::string& n) {
+  return test::test_data_dir() / "lifecycle" / "recipes" / (n + ".yaml");
+}
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);
@@ -43,16 +45,18 @@ TEST(Checkpoint, ConfigDumpMatchesLlmCompressor) {
   // The dump does not depend on the layer count: the tiny model gives the same text as the
   // default model the golden was saved from.
   auto m = model::LlamaModel::load(tiny_dir());
-  auto lc = apply_quantization_config(*m, quant::load_recipe(recipe("attn_fp8_head_static_minmax")));
-  const std::string golden =
-      read_text(test::test_data_dir() / "lifecycle" / "lc_quantization_config_attn_fp8_head_static_minmax.json");
+  auto lc =
+      apply_quantization_config(*m, quant::load_recipe(recipe("attn_fp8_head_static_minmax")));
+  const std::string golden = read_text(test::test_data_dir() / "lifecycle" /
+                                       "lc_quantization_config_attn_fp8_head_static_minmax.json");
   EXPECT_EQ(quant::dump_sorted(checkpoint_config_json(*lc), 2) + "\n", golden);
 }
 
 TEST(Checkpoint, SaveLoadRoundTrip) {
   test::TempDir tmp;
   auto m = model::LlamaModel::load(tiny_dir());
-  auto lc = apply_quantization_config(*m, quant::load_recipe(recipe("attn_fp8_head_static_minmax")));
+  auto lc =
+      apply_quantization_config(*m, quant::load_recipe(recipe("attn_fp8_head_static_minmax")));
   calibrate(*lc, samples(), {.show_progress = false});
   const std::vector<std::int32_t> prompt{5, 6, 7, 100, 200};
   const Tensor ref = m->forward(prompt);
@@ -135,11 +139,13 @@ TEST(Checkpoint, BadCheckpointsFailClearly) {
 TEST(Checkpoint, UncalibratedSaveLeavesNoOutput) {
   test::TempDir tmp;
   auto m = model::LlamaModel::load(tiny_dir());
-  auto lc = apply_quantization_config(*m, quant::load_recipe(recipe("kv_fp8_tensor_static_minmax")));
+  auto lc =
+      apply_quantization_config(*m, quant::load_recipe(recipe("kv_fp8_tensor_static_minmax")));
   EXPECT_THROW(save_pretrained(*lc, tiny_dir(), tmp / "out"), InvalidArgument);
   EXPECT_FALSE(fs::exists(tmp / "out"));
   std::size_t entries = 0;
-  for (auto it = fs::directory_iterator(tmp.path()); it != fs::directory_iterator(); ++it) ++entries;
+  for (auto it = fs::directory_iterator(tmp.path()); it != fs::directory_iterator(); ++it)
+    ++entries;
   EXPECT_EQ(entries, 0u);
 }
 

@@ -15,7 +15,8 @@ tok::Tokenizer tokenizer() {
   return tok::Tokenizer::from_file(test::test_data_dir() / "tokenizer" / "tiny_bytelevel.json");
 }
 
-std::filesystem::path write(const test::TempDir& d, const std::string& name, const std::string& text) {
+std::filesystem::path write(const test::TempDir& d, const std::string& name,
+                            const std::string& text) {
   std::ofstream(d / name) << text;
   return d / name;
 }
@@ -26,7 +27,8 @@ TEST(Dataset, JsonlTextTruncatedAndTextWindows) {
   DatasetOptions o;
   o.max_seq_length = 4;
   const auto s = load_calibration_dataset(
-      write(d, "a.jsonl", "{\"text\": \"hello world, this is long\"}\n\n{\"text\": \"hi\"}\n"), t, o);
+      write(d, "a.jsonl", "{\"text\": \"hello world, this is long\"}\n\n{\"text\": \"hi\"}\n"), t,
+      o);
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0].tokens.size(), 4u);
   EXPECT_EQ(s[1].index, 1);
@@ -60,8 +62,9 @@ TEST(Dataset, Errors) {
   const auto t = tokenizer();
   EXPECT_THROW(load_calibration_dataset(write(d, "e.jsonl", ""), t, {}), InvalidArgument);
   EXPECT_THROW(load_calibration_dataset(write(d, "e.txt", ""), t, {}), InvalidArgument);
-  EXPECT_THROW(load_calibration_dataset(write(d, "bad.jsonl", "{\"text\": \"ok\"}\n{nope\n"), t, {}),
-               FormatError);
+  EXPECT_THROW(
+      load_calibration_dataset(write(d, "bad.jsonl", "{\"text\": \"ok\"}\n{nope\n"), t, {}),
+      FormatError);
   EXPECT_THROW(load_calibration_dataset(write(d, "nofield.jsonl", "{\"prompt\": \"x\"}\n"), t, {}),
                FormatError);
   EXPECT_THROW(load_calibration_dataset(d / "missing.jsonl", t, {}), IoError);

@@ -22,7 +22,8 @@ TEST(Interop, TransformersLoadsKvqCheckpoint) {
   const auto tiny = test::test_data_dir() / "tiny_llama" / "gqa";
   auto m = model::LlamaModel::load(tiny);
   auto lc = apply_quantization_config(
-      *m, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" / "attn_fp8_head_static_minmax.yaml"));
+      *m, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" /
+                             "attn_fp8_head_static_minmax.yaml"));
   std::vector<CalibrationSample> samples;
   for (int i = 0; i < 4; ++i) {
     CalibrationSample c;

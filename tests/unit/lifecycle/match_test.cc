@@ -19,12 +19,16 @@ using Targets = std::vector<std::string>;
 // DummyModel: transformer.layers[0..1].self_attn.{q,k,v}_proj (Linear) + top-level layer1/layer2.
 std::unique_ptr<Module> dummy_model() {
   auto root = std::make_unique<Module>("", std::vector<std::string>{"DummyModel", "Module"});
-  auto* tr = root->add_child(std::make_unique<Module>("transformer", std::vector<std::string>{"Transformer", "Module"}));
-  auto* layers = tr->add_child(std::make_unique<Module>("transformer.layers", model::module_list_classes()));
+  auto* tr = root->add_child(
+      std::make_unique<Module>("transformer", std::vector<std::string>{"Transformer", "Module"}));
+  auto* layers =
+      tr->add_child(std::make_unique<Module>("transformer.layers", model::module_list_classes()));
   for (int i = 0; i < 2; ++i) {
     const std::string p = "transformer.layers." + std::to_string(i);
-    auto* layer = layers->add_child(std::make_unique<Module>(p, std::vector<std::string>{"DecoderLayer", "Module"}));
-    auto* attn = layer->add_child(std::make_unique<Module>(p + ".self_attn", model::attention_classes()));
+    auto* layer = layers->add_child(
+        std::make_unique<Module>(p, std::vector<std::string>{"DecoderLayer", "Module"}));
+    auto* attn =
+        layer->add_child(std::make_unique<Module>(p + ".self_attn", model::attention_classes()));
     for (const char* n : {"q_proj", "k_proj", "v_proj"})
       attn->add_child(std::make_unique<Module>(p + ".self_attn." + n, model::linear_classes()));
   }
@@ -40,7 +44,7 @@ TEST(MatchName, ExactAndRegexAnchoredAtStartOnly) {
   EXPECT_FALSE(match_name("model.layers.0.self_attn.q_proj", "re:.*self_attn$"));
   EXPECT_TRUE(match_name("model.layers.0.self_attn.q_proj", "re:.*self_attn"));  // no end anchor
   EXPECT_FALSE(match_name("model.layers.0.self_attn", "re:self_attn"));          // start anchor
-  EXPECT_TRUE(match_name("model.layers.10.mlp", "re:model\\.layers\\.1"));         // prefix match
+  EXPECT_TRUE(match_name("model.layers.10.mlp", "re:model\\.layers\\.1"));       // prefix match
   EXPECT_TRUE(match_name("model.layers.3.self_attn", "re:.*(self_attn|attention)$"));
   EXPECT_THROW(match_name("x", "re:(unclosed"), ConfigError);
 }
@@ -86,7 +90,7 @@ TEST(MatchTargets, PriorityExactThenRegexThenClass) {
   auto root = dummy_model();
   Module* a = find_submodule(*root, "transformer.layers.0.self_attn");
   const Targets targets{"LlamaAttention", "re:.*self_attn$", "transformer.layers.0.self_attn",
-                        "re:.*attn$", "Module", "Linear"};
+                        "re:.*attn$",     "Module",          "Linear"};
   EXPECT_EQ(match_targets(a->name(), *a, targets),
             (Targets{"transformer.layers.0.self_attn", "re:.*attn$", "re:.*self_attn$",
                      "LlamaAttention", "Module"}));
@@ -115,7 +119,8 @@ TEST(IsNarrowMatch, FalseWhenNeitherMatches) {
 TEST(IsNarrowMatch, IterableTargetsAnyTrue) {
   auto root = dummy_model();
   const std::string name = "transformer.layers.0.self_attn.q_proj";
-  EXPECT_TRUE(is_narrow_match(*root, Targets{"re:transformer\\.layers\\.0\\..*", "re:.*q_proj$"}, name));
+  EXPECT_TRUE(
+      is_narrow_match(*root, Targets{"re:transformer\\.layers\\.0\\..*", "re:.*q_proj$"}, name));
 }
 
 TEST(IsNarrowMatch, WithExplicitModuleArgument) {
@@ -140,7 +145,7 @@ TEST(IsNarrowMatch, ChildrenCheckOfInstalledVersion) {
   EXPECT_TRUE(is_narrow_match(*root, Targets{"LlamaAttention"}, attn));
   EXPECT_TRUE(is_narrow_match(*root, Targets{"re:.*self_attn$"}, attn));
   EXPECT_FALSE(is_narrow_match(*root, Targets{"re:.*self_attn"}, attn));  // q_proj matches too
-  EXPECT_FALSE(is_narrow_match(*root, Targets{"Module"}, attn));           // parent is a Module
+  EXPECT_FALSE(is_narrow_match(*root, Targets{"Module"}, attn));          // parent is a Module
 }
 
 }  // namespace

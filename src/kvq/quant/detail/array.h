@@ -25,7 +25,8 @@ struct Array {
 };
 
 // Rounds a fp32 value onto dtype's grid the way torch's `.to(dtype)` does from fp32
-// (float8_e4m3fn: RNE, NOT saturating -> NaN past 464; ints: truncation, NaN -> 0 as x86 does).
+// (float8_e4m3fn: RNE, saturating at ±448 in torch 2.14 (NaN stays NaN); ints: truncation, NaN -> 0
+// as x86 does).
 float round_to(DType dtype, float value);
 DType promote(DType a, DType b);
 

@@ -1,0 +1,111 @@
+// kvq eval: one task (WikiText-2 PPL, KLD vs the baseline, GSM8K) on one configuration — a recipe
+// calibrated here on GSM8K train — with the paired comparison to the unquantized model.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "kvq/core/error.h"
+#include "kvq/eval/compare.h"
+#include "kvq/eval/model_source.h"
+
+namespace kvq::cli {
+namespace {
+
+struct EvalArgs {
+  std::string model, recipe, task = "wikitext2", data = "../shared/data", cache;
+  std::int64_t limit = 0;
+  bool json = false;
+  eval::EvalOptions eval;
+};
+
+void print_row(const eval::SchemeReport& r, const std::string& task, bool baseline) {
+  if (task == "wikitext2") {
+    std::printf("%s: PPL %.4f [95%% CI %.4f, %.4f] over %lld tokens (%lld windows)\n",
+                r.scheme.c_str(), r.ppl, r.ppl_lo, r.ppl_hi, static_cast<long long>(r.ppl_tokens),
+                static_cast<long long>(r.ppl_windows));
+    if (!baseline)
+      std::printf("  vs baseline: dPPL %+.4f [%+.4f, %+.4f], paired bootstrap p = %.4g %s\n",
+                  r.dppl, r.dppl_lo, r.dppl_hi, r.dppl_p,
+                  eval::significance_marker(r.dppl_p).c_str());
+  } else if (task == "kld") {
+    std::printf("%s: KLD %.6f ± %.6f nats/token%s (upper bound %.6f), top-1 %.2f%% ± %.2f\n",
+                r.scheme.c_str(), r.kld, r.kld_se, r.kld_exact ? "" : " (top-K lower bound)",
+                r.kld_upper, 100 * r.top1, 100 * r.top1_se);
+    if (!baseline)
+      std::printf("  vs baseline: KLD > 0 paired bootstrap p = %.4g %s\n", r.kld_p,
+                  eval::significance_marker(r.kld_p).c_str());
+  } else {
+    std::printf("%s: GSM8K flexible-extract %.2f%% ± %.2f, strict-match %.2f%% ± %.2f (n = %lld)\n",
+                r.scheme.c_str(), 100 * r.gsm8k, 100 * r.gsm8k_se, 100 * r.gsm8k_strict,
+                100 * r.gsm8k_strict_se, static_cast<long long>(r.gsm8k_n));
+    if (!baseline)
+      std::printf("  vs baseline: %+.2f points, McNemar exact p = %.4g %s\n", 100 * r.gsm8k_delta,
+                  r.gsm8k_p, eval::significance_marker(r.gsm8k_p).c_str());
+  }
+}
+
+void run_eval(EvalArgs a) {
+  if (a.task != "wikitext2" && a.task != "kld" && a.task != "gsm8k")
+    fail<InvalidArgument>("--task must be wikitext2, kld or gsm8k, got '{}'", a.task);
+  eval::EvalOptions o = a.eval;
+  o.model_dir = a.model;
+  o.data_dir = a.data;
+  o.cache_dir = a.cache;
+  o.ppl_kld = a.task != "gsm8k";
+  o.gsm8k_limit = a.task == "gsm8k" ? (a.limit > 0 ? a.limit : 1319) : 0;
+  o.decode_steps = 0;
+  eval::SchemeDef def;
+  if (a.recipe.empty()) {
+    // The model directory must be a quantized checkpoint (load_quantized: ConfigError when
+    // config.json has no quantization_config). Baseline: the same weights, quantization off.
+    def.name = std::filesystem::path(a.model).filename().string();
+    def.from_checkpoint = true;
+  } else {
+    def.name = std::filesystem::path(a.recipe).stem().string();
+    def.recipe = eval::read_file_bytes(a.recipe);
+  }
+  eval::Evaluator ev(o);
+  const eval::SchemeReport base = ev.baseline();
+  const eval::SchemeReport row = ev.evaluate(def);
+  if (a.json) {
+    nlohmann::json j;
+    j["task"] = a.task;
+    j["baseline"] = eval::to_json(base);
+    j["scheme"] = eval::to_json(row);
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  print_row(base, a.task, true);
+  print_row(row, a.task, false);
+}
+
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  a->eval.ctx = 2048;
+  a->eval.max_windows = 0;
+  auto* cmd =
+      app.add_subcommand("eval", "Evaluate one quantization recipe on one task vs the baseline");
+  cmd->add_option("--model", a->model, "Hugging Face model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--recipe", a->recipe, "llm-compressor recipe (calibrated on GSM8K train)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--task", a->task, "wikitext2 | kld | gsm8k")->capture_default_str();
+  cmd->add_option("--ctx", a->eval.ctx, "Window length")->capture_default_str();
+  cmd->add_option("--max-windows", a->eval.max_windows, "Windows (0: all)")->capture_default_str();
+  cmd->add_option("--limit", a->limit, "GSM8K questions (0: all)")->capture_default_str();
+  cmd->add_option("--calib-samples", a->eval.calib_samples, "Calibration samples")
+      ->capture_default_str();
+  cmd->add_option("--data", a->data, "Data directory")->capture_default_str();
+  cmd->add_option("--cache", a->cache, "Cache directory for baseline logits / calibration");
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([a] { run_eval(*a); });
+}
+
+}  // namespace kvq::cli

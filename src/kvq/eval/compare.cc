@@ -1,0 +1,563 @@
+#include "kvq/eval/compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <span>
+
+#include <fmt/format.h>
+
+#include "kvq/core/error.h"
+#include "kvq/core/log.h"
+#include "kvq/eval/gsm8k.h"
+#include "kvq/eval/kld.h"
+#include "kvq/eval/logits_cache.h"
+#include "kvq/eval/model_source.h"
+#include "kvq/eval/perplexity.h"
+#include "kvq/eval/plot_png.h"
+#include "kvq/eval/stats.h"
+#include "kvq/io/atomic_write.h"
+#include "kvq/lifecycle/apply.h"
+#include "kvq/lifecycle/calibrate.h"
+#include "kvq/lifecycle/checkpoint.h"
+#include "kvq/lifecycle/dataset.h"
+#include "kvq/quant/recipe.h"
+
+namespace kvq::eval {
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+namespace {
+
+std::string recipe(std::string_view body) {
+  return fmt::format("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n{}", body);
+}
+// A kv_cache_scheme-only recipe (k and v quantized).
+std::string kv_recipe(std::string_view args) {
+  return recipe(fmt::format("      kv_cache_scheme:\n{}", args));
+}
+// An attention config group (q, k and v quantized).
+std::string qkv_recipe(std::string_view args) {
+  std::string indented;
+  for (std::size_t b = 0; b < args.size();) {
+    const std::size_t e = args.find('\n', b);
+    indented += "    " + std::string(args.substr(b, e - b + 1));
+    b = e == std::string_view::npos ? args.size() : e + 1;
+  }
+  return recipe(
+      fmt::format("      config_groups:\n        attention:\n          targets: [LlamaAttention]\n"
+                  "          input_activations:\n{}",
+                  indented));
+}
+
+constexpr std::string_view kFp8Tensor =
+    "        num_bits: 8\n        type: float\n        strategy: tensor\n"
+    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
+constexpr std::string_view kFp8Head =
+    "        num_bits: 8\n        type: float\n        strategy: attn_head\n"
+    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
+constexpr std::string_view kInt8Head =
+    "        num_bits: 8\n        type: int\n        strategy: attn_head\n"
+    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
+constexpr std::string_view kInt4Head =
+    "        num_bits: 4\n        type: int\n        strategy: attn_head\n"
+    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }
+std::uint64_t hash_str(std::string_view s, std::uint64_t seed = 0xcbf29ce484222325ULL) {
+  return fnv1a64(s.data(), s.size(), seed);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::optional<Json> read_json(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return std::nullopt;
+  try {
+    return Json::parse(read_file_bytes(p));
+  } catch (const std::exception& e) {
+    log::warn("ignoring unreadable cache file {}: {}", p.string(), e.what());
+    return std::nullopt;
+  }
+}
+void write_json(const fs::path& p, const Json& j) {
+  fs::create_directories(p.parent_path());
+  io::write_file_atomic(p, j.dump(1));
+}
+
+// Per-window sums of a per-token series. values [tokens], scored [windows].
+std::vector<double> window_sums(std::span<const double> values,
+                                std::span<const std::int64_t> scored) {
+  std::vector<double> out;
+  std::size_t t = 0;
+  for (std::int64_t n : scored) {
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) s += values[t++];
+    out.push_back(s);
+  }
+  return out;
+}
+
+// The packed KV cache spec of a calibrated lifecycle: per layer, k/v scales (one per tensor or
+// per kv head) and zero points; nvfp4 uses dynamic global scales.
+model::KvCacheSpec packed_spec(const lifecycle::QuantizationLifecycle& lc, quant::KvFormat format,
+                               std::int64_t layers) {
+  model::KvCacheSpec spec;
+  spec.format = format;
+  if (format == quant::KvFormat::kNVFP4 || format == quant::KvFormat::kF32) return spec;
+  if (static_cast<std::int64_t>(lc.states().size()) != layers)
+    fail<NotSupported>("packed KV cache: {} quantized attention modules for {} layers",
+                       lc.states().size(), layers);
+  for (const auto& s : lc.states()) {
+    model::KvLayerScales l;
+    if (!s->k || !s->v) fail<NotSupported>("{}: no k/v quantization for a packed cache", s->name);
+    l.k_scale = s->k->scale;
+    l.v_scale = s->v->scale;
+    if (s->k->zero_point) l.k_zero_point = *s->k->zero_point;
+    if (s->v->zero_point) l.v_zero_point = *s->v->zero_point;
+    spec.layers.push_back(std::move(l));
+  }
+  return spec;
+}
+
+// The packed format of a quantized checkpoint's k/v args (f32 when k/v are not quantized).
+quant::KvFormat checkpoint_kv_format(const lifecycle::QuantizationLifecycle& lc) {
+  for (const auto& s : lc.states()) {
+    if (!s->k) continue;
+    const auto& a = s->args();
+    if (a.type == quant::QuantizationType::kFloat && a.num_bits == 8)
+      return quant::KvFormat::kFP8E4M3;
+    if (a.type == quant::QuantizationType::kInt && a.num_bits == 8) return quant::KvFormat::kINT8;
+    if (a.type == quant::QuantizationType::kInt && a.num_bits == 4) return quant::KvFormat::kINT4;
+    fail<NotSupported>("{}: no packed KV format for {}-bit {} k/v", s->name, a.num_bits,
+                       quant::to_string(a.type));
+  }
+  return quant::KvFormat::kF32;
+}
+
+}  // namespace
+
+const std::vector<SchemeDef>& builtin_schemes() {
+  using F = quant::KvFormat;
+  static const std::vector<SchemeDef> table = {
+      {"baseline", "unquantized (fp32 KV cache)", "", F::kF32},
+      {"KV-FP8-Tensor", "FP8 E4M3 K/V, one scale per tensor", kv_recipe(kFp8Tensor), F::kFP8E4M3},
+      {"KV-FP8-Head", "FP8 E4M3 K/V, one scale per KV head", kv_recipe(kFp8Head), F::kFP8E4M3},
+      {"QKV-FP8-Tensor", "FP8 E4M3 Q/K/V (attention group), per tensor", qkv_recipe(kFp8Tensor),
+       F::kFP8E4M3},
+      {"QKV-FP8-Head", "FP8 E4M3 Q/K/V (attention group), per head", qkv_recipe(kFp8Head),
+       F::kFP8E4M3},
+      {"KV-INT8-Head", "INT8 symmetric K/V, per KV head", kv_recipe(kInt8Head), F::kINT8},
+      {"KV-INT4-Head", "INT4 symmetric K/V, per KV head", kv_recipe(kInt4Head), F::kINT4},
+      // The lifecycle rejects tensor_group on attention, so NVFP4 has no recipe: the packed
+      // cache quantizes K/V itself with dynamic per-head global scales (vLLM-style, see
+      // model/kv_cache.h) and nothing is calibrated.
+      {"KV-NVFP4", "NVFP4 K/V packed cache (E2M1, 16-value E4M3 block scales, dynamic global)", "",
+       F::kNVFP4},
+  };
+  return table;
+}
+
+const SchemeDef& find_scheme(std::string_view name) {
+  for (const auto& s : builtin_schemes())
+    if (lower(s.name) == lower(name)) return s;
+  std::string names;
+  for (const auto& s : builtin_schemes()) names += (names.empty() ? "" : ", ") + s.name;
+  fail<InvalidArgument>("unknown scheme '{}'; valid schemes: {}", name, names);
+}
+
+std::vector<SchemeDef> parse_scheme_list(std::string_view list) {
+  std::vector<SchemeDef> out;
+  if (list.find_first_not_of(" ,") == std::string_view::npos) return builtin_schemes();
+  for (std::size_t b = 0; b <= list.size();) {
+    std::size_t e = list.find(',', b);
+    if (e == std::string_view::npos) e = list.size();
+    std::string_view item = list.substr(b, e - b);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) {
+      const SchemeDef& s = find_scheme(item);
+      for (const auto& o : out)
+        if (o.name == s.name) fail<InvalidArgument>("scheme '{}' listed twice", s.name);
+      out.push_back(s);
+    }
+    b = e + 1;
+  }
+  return out;
+}
+
+fs::path wikitext_path(const fs::path& data_dir) {
+  const fs::path p = data_dir / "wikitext-2-raw" / "wiki.test.raw";
+  std::error_code ec;
+  if (!fs::exists(p, ec))
+    fail<IoError>(
+        "{}: WikiText-2 test file not found; pass --data DIR holding wikitext-2-raw/wiki.test.raw "
+        "(the shared data folder ../shared/data has it; see ../shared/data/README.md)",
+        p.string());
+  return p;
+}
+
+fs::path gsm8k_dir(const fs::path& data_dir) {
+  const fs::path d = data_dir / "gsm8k";
+  for (const char* f : {"train.jsonl", "test.jsonl"}) {
+    std::error_code ec;
+    if (!fs::exists(d / f, ec))
+      fail<IoError>(
+          "{}: GSM8K file not found; pass --data DIR holding gsm8k/train.jsonl and "
+          "gsm8k/test.jsonl (the HF openai/gsm8k 'main' splits as JSONL; ../shared/data has them)",
+          (d / f).string());
+  }
+  return d;
+}
+
+void compare_to_baseline(SchemeReport& row, const SchemeReport& base,
+                         std::span<const double> kld_window_sums) {
+  BootstrapOptions bo;
+  // Windows are the resampled units: with one window there is no variability to resample, so
+  // no p-value (NaN: no marker) rather than a spurious 1 / (1 + B).
+  const bool testable = row.window_scored.size() >= 2;
+  if (row.has_ppl && base.has_ppl && row.window_nll_sum.size() == base.window_nll_sum.size() &&
+      !row.window_nll_sum.empty()) {
+    std::vector<double> w(row.window_scored.begin(), row.window_scored.end());
+    const auto pb = paired_bootstrap(base.window_nll_sum, row.window_nll_sum, w, bo);
+    row.dppl = row.ppl - base.ppl;
+    row.dppl_lo = base.ppl * std::expm1(pb.ci.lo);
+    row.dppl_hi = base.ppl * std::expm1(pb.ci.hi);
+    row.dppl_p = testable ? pb.p_value : NAN;
+  }
+  if (row.has_kld && !kld_window_sums.empty()) {
+    const std::vector<double> zeros(kld_window_sums.size(), 0.0);
+    std::vector<double> w(row.window_scored.begin(), row.window_scored.end());
+    row.kld_p = testable ? paired_bootstrap(zeros, kld_window_sums, w, bo).p_value : NAN;
+  }
+  if (row.has_gsm8k && base.has_gsm8k && row.gsm8k_correct.size() == base.gsm8k_correct.size()) {
+    row.gsm8k_delta = row.gsm8k - base.gsm8k;
+    row.gsm8k_p = mcnemar(base.gsm8k_correct, row.gsm8k_correct).p_exact;
+  }
+}
+
+struct Evaluator::Impl {
+  ModelSource src;
+  std::vector<std::int32_t> tokens;  // WikiText-2 test, whole file
+  std::optional<LogitsCache> base_logits;
+  std::optional<SchemeReport> base_row;
+  std::vector<lifecycle::CalibrationSample> calib;  // loaded on first use
+};
+
+Evaluator::Evaluator(EvalOptions options)
+    : impl_(std::make_unique<Impl>()), options_(std::move(options)) {
+  const auto& o = options_;
+  plan_windows(2, o.ctx, o.ctx, o.max_windows);  // option checks before loading anything
+  if (o.gsm8k_limit < 0) fail<InvalidArgument>("--gsm8k-limit must be >= 0");
+  if (o.calib_samples < 1) fail<InvalidArgument>("--calib-samples must be >= 1");
+  fs::path wiki;
+  if (o.ppl_kld) wiki = wikitext_path(o.data_dir);
+  if (o.gsm8k_limit > 0 || o.calib_samples > 0) gsm8k_dir(o.data_dir);
+  impl_->src = open_model_source(o.model_dir);
+  model_hash_ = model_fingerprint(o.model_dir);
+  if (o.ppl_kld) {
+    const auto t0 = std::chrono::steady_clock::now();
+    impl_->tokens = impl_->src.tokenizer->encode(read_file_bytes(wiki), false);
+    log::info("WikiText-2: {} tokens ({:.1f} s to tokenize)", impl_->tokens.size(),
+              seconds_since(t0));
+  }
+}
+
+Evaluator::~Evaluator() = default;
+
+std::string Evaluator::row_key(const SchemeDef& scheme) const {
+  const auto& o = options_;
+  const std::string s =
+      fmt::format("{}|{}|{}|ppl{}|ctx{}|w{}|k{}|g{}:{}|c{}:{}:{}|d{}:{}", hex(model_hash_),
+                  quant::kv_format_name(scheme.kv_format), scheme.recipe, o.ppl_kld, o.ctx,
+                  o.max_windows, o.top_k, o.gsm8k_limit, o.gsm8k_max_new_tokens, o.calib_samples,
+                  o.calib_seq_len, o.calib_seed, o.decode_context, o.decode_steps);
+  return hex(hash_str(s));
+}
+
+namespace {
+
+KldOptions kld_options(const EvalOptions& o) {
+  KldOptions k;
+  k.ctx = o.ctx;
+  k.stride = o.ctx;
+  k.max_windows = o.max_windows;
+  k.top_k = o.top_k;
+  k.progress = o.progress;
+  return k;
+}
+
+// Decode tokens/s: prefill `context` WikiText tokens into a cache of the given spec, then time
+// single-token forwards (median of 3 repeats of `steps` steps).
+double measure_decode(model::LlamaModel& m, const model::KvCacheSpec& spec,
+                      std::span<const std::int32_t> text, std::int64_t context,
+                      std::int64_t steps) {
+  if (steps <= 0 || static_cast<std::int64_t>(text.size()) < context + steps) return 0.0;
+  model::KvCache cache = m.make_cache(1, context + steps, spec);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 3; ++rep) {
+    cache.reset();
+    m.forward(text.subspan(0, static_cast<std::size_t>(context)), cache);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::int64_t i = 0; i < steps; ++i)
+      m.forward(text.subspan(static_cast<std::size_t>(context + i), 1), cache);
+    rates.push_back(static_cast<double>(steps) / seconds_since(t0));
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[1];
+}
+
+}  // namespace
+
+const SchemeReport& Evaluator::baseline() {
+  if (impl_->base_row) return *impl_->base_row;
+  const auto& o = options_;
+  const SchemeDef& def = builtin_schemes().front();
+  const std::string key = row_key(def);
+  const fs::path row_file =
+      o.cache_dir.empty() ? fs::path() : o.cache_dir / ("baseline-" + key + ".json");
+  if (o.ppl_kld) {
+    std::optional<fs::path> lp;
+    if (!o.cache_dir.empty()) {
+      fs::create_directories(o.cache_dir);
+      lp = o.cache_dir / ("baseline-logits-" + key + ".bin");
+    }
+    log::info("baseline: top-{} distributions over {} windows of {}", o.top_k, o.max_windows,
+              o.ctx);
+    impl_->base_logits =
+        build_logits_cache(*impl_->src.model, impl_->tokens, kld_options(o), model_hash_, lp);
+  }
+  if (!row_file.empty())
+    if (auto j = read_json(row_file)) {
+      impl_->base_row = scheme_report_from_json(*j);
+      log::info("baseline: reusing {}", row_file.string());
+      return *impl_->base_row;
+    }
+  SchemeReport r = evaluate(def);
+  if (!row_file.empty()) write_json(row_file, to_json(r));
+  impl_->base_row = std::move(r);
+  return *impl_->base_row;
+}
+
+namespace {
+
+// Scales of every quantized module: {module: {q|k|v: {scale: [...], zero_point: [...]}}}.
+Json scales_json(const lifecycle::QuantizationLifecycle& lc) {
+  Json j = Json::object();
+  for (const auto& s : lc.states())
+    for (char b : {'q', 'k', 'v'})
+      if (const auto& p = s->param(b)) {
+        Json e;
+        e["scale"] = p->scale;
+        if (p->zero_point) e["zero_point"] = *p->zero_point;
+        j[s->name][std::string(1, b)] = e;
+      }
+  return j;
+}
+
+// Restores scales saved by scales_json; false when they do not fit this lifecycle.
+bool restore_scales(lifecycle::QuantizationLifecycle& lc, const Json& j) {
+  try {
+    for (const auto& s : lc.states())
+      for (char b : {'q', 'k', 'v'})
+        if (auto& p = s->param(b)) {
+          const Json& e = j.at(s->name).at(std::string(1, b));
+          auto scale = e.at("scale").get<std::vector<float>>();
+          if (scale.size() != p->scale.size()) return false;
+          p->scale = std::move(scale);
+          if (p->zero_point) {
+            auto zp = e.at("zero_point").get<std::vector<float>>();
+            if (zp.size() != p->zero_point->size()) return false;
+            p->zero_point = std::move(zp);
+          }
+        }
+    lc.check_scales("cached calibration");
+  } catch (const std::exception& e) {
+    log::warn("cached calibration does not fit: {}", e.what());
+    return false;
+  }
+  lc.set_status(quant::QuantizationStatus::kFrozen);
+  lc.set_quantization_enabled(true);
+  return true;
+}
+
+}  // namespace
+
+SchemeReport Evaluator::evaluate(const SchemeDef& def) {
+  const auto& o = options_;
+  auto& m = *impl_->src.model;
+  const bool is_base = def.name == builtin_schemes().front().name;
+  // Hooks with calibrated (or stored) scales; else the packed cache alone (nvfp4).
+  const bool calibrated = !def.recipe.empty() || def.from_checkpoint;
+  if (is_base && impl_->base_row) return *impl_->base_row;
+  if (!is_base) baseline();  // the reference distributions first (plain model)
+
+  SchemeReport r;
+  r.scheme = def.name;
+  r.kv_format = std::string(quant::kv_format_name(def.kv_format));
+  r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(def.kv_format);
+  const auto& cfg = m.config();
+  const std::int64_t head_dim = cfg.head_dim;
+  r.kv_bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads *
+                         static_cast<std::int64_t>(quant::kv_row_bytes(def.kv_format, head_dim));
+
+  // Calibrate (or reuse cached scales).
+  std::unique_ptr<lifecycle::QuantizationLifecycle> lc;
+  quant::KvFormat kv_format = def.kv_format;
+  if (def.from_checkpoint) {
+    lc = lifecycle::load_quantized(m, o.model_dir);
+    kv_format = checkpoint_kv_format(*lc);
+    r.kv_format = std::string(quant::kv_format_name(kv_format));
+    r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(kv_format);
+    r.kv_bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads *
+                           static_cast<std::int64_t>(quant::kv_row_bytes(kv_format, head_dim));
+  } else if (calibrated) {
+    const quant::QuantizationConfig qc = quant::parse_recipe(def.recipe, def.name);
+    lc = lifecycle::apply_quantization_config(m, qc);
+    const std::string ckey =
+        hex(hash_str(fmt::format("{}|{}|{}|{}|{}", hex(model_hash_), def.recipe, o.calib_samples,
+                                 o.calib_seq_len, o.calib_seed)));
+    const fs::path cfile =
+        o.cache_dir.empty() ? fs::path() : o.cache_dir / ("calib-" + ckey + ".json");
+    bool restored = false;
+    if (!cfile.empty())
+      if (auto j = read_json(cfile)) restored = restore_scales(*lc, *j);
+    r.calib_samples = o.calib_samples;
+    if (restored) {
+      log::info("{}: reusing calibration {}", def.name, cfile.string());
+    } else {
+      if (impl_->calib.empty()) {
+        lifecycle::DatasetOptions d;
+        d.num_samples = o.calib_samples;
+        d.max_seq_length = o.calib_seq_len;
+        d.shuffle_seed = o.calib_seed;
+        d.format = lifecycle::DatasetFormat::kJsonlQA;
+        impl_->calib = lifecycle::load_calibration_dataset(gsm8k_dir(o.data_dir) / "train.jsonl",
+                                                           *impl_->src.tokenizer, d);
+      }
+      lifecycle::CalibrationOptions co;
+      co.show_progress = o.progress;
+      const auto cr = lifecycle::calibrate(*lc, impl_->calib, co);
+      r.calib_seconds = cr.seconds;
+      log::info("{}: calibrated on {} samples ({} tokens) in {:.1f} s", def.name, cr.samples,
+                cr.tokens, cr.seconds);
+      if (!cfile.empty()) write_json(cfile, scales_json(*lc));
+    }
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> kld_windows;
+  if (o.ppl_kld) {
+    if (!impl_->base_logits)
+      impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
+    KldOptions ko = kld_options(o);
+    if (!calibrated) ko.quant_kv = def.kv_format;
+    const KldResult k = kld_against_cache(m, impl_->tokens, *impl_->base_logits, ko);
+    r.has_ppl = r.has_kld = true;
+    r.window_scored = k.window_scored;
+    r.window_nll_sum = window_sums(k.quant_nll, k.window_scored);
+    r.ppl_windows = k.windows;
+    r.ppl_tokens = k.tokens;
+    const PerplexityCi ci = perplexity_ci(r.window_nll_sum, r.window_scored);
+    r.ppl = ci.ppl, r.ppl_lo = ci.lo, r.ppl_hi = ci.hi;
+    r.kld_exact = k.exact;
+    r.kld = k.mean_kld, r.kld_se = k.kld_se, r.kld_upper = k.mean_kld_upper;
+    r.top1 = k.top1_agreement, r.top1_se = k.top1_se;
+    kld_windows = window_sums(k.kld, k.window_scored);
+  }
+  if (o.gsm8k_limit > 0) {
+    Gsm8kOptions g;
+    g.data_dir = gsm8k_dir(o.data_dir);
+    g.limit = o.gsm8k_limit;
+    g.max_new_tokens = o.gsm8k_max_new_tokens;
+    if (!calibrated) g.kv_storage = def.kv_format;
+    g.progress = o.progress;
+    const Gsm8kResult gr = run_gsm8k(m, *impl_->src.tokenizer, g);
+    r.has_gsm8k = true;
+    r.gsm8k_n = static_cast<std::int64_t>(gr.records.size());
+    r.gsm8k = gr.flexible_extract.mean, r.gsm8k_se = gr.flexible_extract.se;
+    r.gsm8k_strict = gr.strict_match.mean, r.gsm8k_strict_se = gr.strict_match.se;
+    for (const auto& rec : gr.records)
+      r.gsm8k_correct.push_back(rec.score.flexible_correct ? 1 : 0);
+  }
+  if (o.decode_steps > 0 && !impl_->tokens.empty()) {
+    model::KvCacheSpec spec;
+    try {
+      spec = calibrated ? packed_spec(*lc, kv_format, cfg.num_hidden_layers)
+                        : model::KvCacheSpec{def.kv_format, {}};
+    } catch (const Error& e) {
+      log::warn("{}: decode measured with an f32 cache: {}", def.name, e.what());
+    }
+    r.decode_context = o.decode_context;
+    r.decode_tok_s = measure_decode(m, spec, impl_->tokens, o.decode_context, o.decode_steps);
+  }
+  r.eval_seconds = seconds_since(t0);
+  if (!is_base) compare_to_baseline(r, baseline(), kld_windows);
+  return r;
+}
+
+CompareResult run_compare(const CompareOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CompareOptions o = options;
+  if (o.eval.cache_dir.empty()) o.eval.cache_dir = o.out_dir / "cache";
+  fs::create_directories(o.out_dir);
+  Evaluator ev(o.eval);
+  CompareResult res;
+  res.meta.model = o.eval.model_dir.filename().string();
+  res.meta.ctx = o.eval.ctx;
+  res.meta.max_windows = o.eval.max_windows;
+  res.meta.calib_samples = o.eval.calib_samples;
+  res.meta.gsm8k_limit = o.eval.gsm8k_limit;
+
+  std::vector<SchemeDef> schemes{builtin_schemes().front()};
+  for (const auto& s : o.schemes)
+    if (s.name != schemes.front().name) schemes.push_back(s);
+  for (const auto& s : schemes) {
+    const fs::path row_file = o.out_dir / "rows" / (s.name + "-" + ev.row_key(s) + ".json");
+    std::optional<SchemeReport> row;
+    if (auto j = read_json(row_file)) {
+      try {
+        row = scheme_report_from_json(*j);
+        log::info("{}: reusing {}", s.name, row_file.string());
+      } catch (const Error& e) {
+        log::warn("{}: {}", row_file.string(), e.what());
+      }
+    }
+    if (!row) {
+      log::info("=== {} ===", s.name);
+      row = s.name == schemes.front().name ? ev.baseline() : ev.evaluate(s);
+      write_json(row_file, to_json(*row));
+    }
+    res.rows.push_back(*row);
+  }
+
+  res.results_json = o.out_dir / "results.json";
+  Json j = compare_json(res.rows, res.meta);
+  j["seconds"] = seconds_since(t0);
+  write_json(res.results_json, j);
+  io::write_file_atomic(o.out_dir / "results.md", compare_markdown(res.rows, res.meta));
+
+  ScatterPanel kld{"KLD VS KV BITS", "KV BITS PER VALUE (LOG2 AXIS)", "MEAN KLD (NATS)", {}, true};
+  ScatterPanel dppl{
+      "DPPL VS KV BITS", "KV BITS PER VALUE (LOG2 AXIS)", "PPL - BASELINE PPL", {}, true};
+  for (const auto& r : res.rows) {
+    if (r.has_kld) kld.points.push_back({r.kv_bits_per_value, r.kld, r.scheme});
+    if (r.has_ppl) dppl.points.push_back({r.kv_bits_per_value, r.dppl, r.scheme});
+  }
+  res.plot_png = o.out_dir / "kld_vs_bits.png";
+  write_scatter_png({kld, dppl}, res.plot_png);
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+}  // namespace kvq::eval

@@ -1,0 +1,115 @@
+// `kvq compare` / `kvq eval`: quantization schemes evaluated against the unquantized model.
+//
+// Per scheme: apply its recipe, calibrate q/k/v scales on GSM8K train (chat-formatted, observer
+// static_minmax, fixed shuffle seed), then measure with fake-quantized attention (the
+// reference semantics; the packed cache gives the same logits, see docs/numerics.md):
+// WikiText-2 PPL and KLD / top-1 against the baseline in one pass over the same windows (the
+// baseline's top-K distributions cached once), GSM8K accuracy (optional), KV bytes/token and
+// decode tokens/s with the packed KV cache of the scheme's format.
+//
+// Caching under OUT/cache (keys hash the model fingerprint and every option that changes the
+// result): calibrated scales per scheme, the baseline logits, the baseline row. Per-scheme rows
+// are written under OUT/rows as they finish, so an interrupted run resumes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/eval/report.h"
+#include "kvq/quant/formats.h"
+
+namespace kvq::lifecycle {
+class QuantizationLifecycle;
+}
+
+namespace kvq::eval {
+
+struct SchemeDef {
+  std::string name;         // "KV-FP8-Head"
+  std::string description;  // one line for --help
+  std::string recipe;       // llm-compressor recipe YAML; empty for the baseline
+  quant::KvFormat kv_format = quant::KvFormat::kF32;
+  // The model directory is a quantized checkpoint: its stored scales are used (no recipe, no
+  // calibration; kv_format derived from the checkpoint's k/v args).
+  bool from_checkpoint = false;
+};
+
+// The built-in table (the source of truth for `kvq compare`), baseline first.
+const std::vector<SchemeDef>& builtin_schemes();
+// InvalidArgument listing the valid names when unknown (case-insensitive match).
+const SchemeDef& find_scheme(std::string_view name);
+// "a,b,c" → definitions in that order; empty → every built-in scheme. Duplicates rejected.
+std::vector<SchemeDef> parse_scheme_list(std::string_view list);
+
+struct EvalOptions {
+  std::filesystem::path model_dir;
+  std::filesystem::path data_dir;   // holds wikitext-2-raw/ and gsm8k/
+  std::filesystem::path cache_dir;  // empty: no caching
+  bool ppl_kld = true;              // WikiText-2 PPL + KLD/top-1 pass
+  std::int64_t ctx = 512, max_windows = 8;
+  std::int64_t top_k = 64;       // baseline distribution cache
+  std::int64_t gsm8k_limit = 0;  // 0: GSM8K skipped
+  std::int64_t gsm8k_max_new_tokens = 256;
+  std::int64_t calib_samples = 32, calib_seq_len = 512;
+  std::uint64_t calib_seed = 1234;
+  std::int64_t decode_context = 256, decode_steps = 16;  // decode_steps 0: not measured
+  bool progress = true;
+};
+
+// Paths of the data files (IoError naming the path and how to get it when missing).
+std::filesystem::path wikitext_path(const std::filesystem::path& data_dir);
+std::filesystem::path gsm8k_dir(const std::filesystem::path& data_dir);
+
+// Holds the model (loaded once), the WikiText-2 tokens and the baseline row; evaluates schemes
+// one after another on the same model (each scheme's hooks are removed when it is done).
+class Evaluator {
+ public:
+  explicit Evaluator(EvalOptions options);
+  ~Evaluator();
+
+  // Computed on first use, or read from the cache.
+  const SchemeReport& baseline();
+  // Calibrates (or reuses cached scales) and evaluates a scheme; the baseline def returns
+  // baseline().
+  SchemeReport evaluate(const SchemeDef& scheme);
+
+  const EvalOptions& options() const { return options_; }
+  std::uint64_t model_hash() const { return model_hash_; }
+  // Hash of the options a scheme row depends on (with the scheme's recipe).
+  std::string row_key(const SchemeDef& scheme) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  EvalOptions options_;
+  std::uint64_t model_hash_ = 0;
+};
+
+struct CompareOptions {
+  EvalOptions eval;
+  std::vector<SchemeDef> schemes;  // baseline is always evaluated (and listed first)
+  std::filesystem::path out_dir = "kvq-compare";
+};
+
+struct CompareResult {
+  std::vector<SchemeReport> rows;
+  CompareMeta meta;
+  std::filesystem::path results_json, plot_png;
+  double seconds = 0;
+};
+
+// Runs every scheme (resuming finished rows), writes OUT/results.json, OUT/results.md and
+// OUT/kld_vs_bits.png.
+CompareResult run_compare(const CompareOptions& options);
+
+// Fills the baseline-relative fields of `row` (ΔPPL, KLD p, GSM8K delta / McNemar).
+void compare_to_baseline(SchemeReport& row, const SchemeReport& baseline,
+                         std::span<const double> kld_window_sums);
+
+}  // namespace kvq::eval

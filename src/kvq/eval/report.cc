@@ -1,0 +1,198 @@
+#include "kvq/eval/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "kvq/core/error.h"
+
+namespace kvq::eval {
+
+std::string significance_marker(double p_value) {
+  return std::isfinite(p_value) && p_value < kSignificanceLevel ? "*" : "";
+}
+
+std::string format_number(double v, int digits, bool sign) {
+  if (std::isnan(v)) return "n/a";
+  return sign ? fmt::format("{:+.{}f}", v, digits) : fmt::format("{:.{}f}", v, digits);
+}
+
+namespace {
+
+std::string ppl_cell(const SchemeReport& r) {
+  if (!r.has_ppl) return "–";
+  return fmt::format("{} [{}, {}]", format_number(r.ppl, 3), format_number(r.ppl_lo, 3),
+                     format_number(r.ppl_hi, 3));
+}
+std::string dppl_cell(const SchemeReport& r, bool baseline) {
+  if (!r.has_ppl || baseline) return "–";
+  return format_number(r.dppl, 3, true) + significance_marker(r.dppl_p);
+}
+std::string kld_cell(const SchemeReport& r, bool baseline) {
+  if (!r.has_kld) return "–";
+  if (baseline) return format_number(r.kld, 5);
+  return fmt::format("{} ± {}{}", format_number(r.kld, 5), format_number(r.kld_se, 5),
+                     significance_marker(r.kld_p));
+}
+std::string top1_cell(const SchemeReport& r) {
+  if (!r.has_kld) return "–";
+  return fmt::format("{:.2f}%", 100.0 * r.top1);
+}
+std::string gsm8k_cell(const SchemeReport& r, bool baseline) {
+  if (!r.has_gsm8k) return "–";
+  std::string s = fmt::format("{:.1f} ± {:.1f}", 100.0 * r.gsm8k, 100.0 * r.gsm8k_se);
+  if (!baseline)
+    s += fmt::format(" ({:+.1f}{})", 100.0 * r.gsm8k_delta, significance_marker(r.gsm8k_p));
+  return s;
+}
+
+}  // namespace
+
+std::string compare_markdown(const std::vector<SchemeReport>& rows, const CompareMeta& meta) {
+  std::string out;
+  out += fmt::format(
+      "kvq compare: {} — WikiText-2 ctx {}, {} windows; calibration {} GSM8K-train samples; "
+      "GSM8K {} questions\n\n",
+      meta.model, meta.ctx,
+      meta.max_windows == 0 ? std::string("all") : std::to_string(meta.max_windows),
+      meta.calib_samples,
+      meta.gsm8k_limit == 0 ? std::string("0 (skipped)") : std::to_string(meta.gsm8k_limit));
+  out +=
+      "| scheme | GSM8K % (±SE) | PPL [95% CI] | ΔPPL | KLD (±SE) | top-1 | KV bits/value | "
+      "KV bytes/token | decode tok/s |\n";
+  out += "|---|---|---|---|---|---|---|---|---|\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const bool base = r.scheme == "baseline";
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.scheme,
+                       gsm8k_cell(r, base), ppl_cell(r), dppl_cell(r, base), kld_cell(r, base),
+                       top1_cell(r), format_number(r.kv_bits_per_value, 1), r.kv_bytes_per_token,
+                       r.decode_tok_s > 0 ? format_number(r.decode_tok_s, 1) : std::string("–"));
+  }
+  bool any_cached = false;
+  for (const auto& r : rows) any_cached |= r.has_kld && !r.kld_exact && r.scheme != "baseline";
+  out += fmt::format(
+      "\n`*`: differs from the baseline at the 5% level (paired bootstrap over windows for "
+      "ΔPPL and KLD, exact McNemar for GSM8K).{}\n",
+      any_cached ? " KLD against the top-K cached baseline distribution (a lower bound; "
+                   "results.json has the upper bound)."
+                 : "");
+  return out;
+}
+
+nlohmann::json to_json(const SchemeReport& r) {
+  nlohmann::json j;
+  j["scheme"] = r.scheme;
+  j["kv_format"] = r.kv_format;
+  j["kv_bits_per_value"] = r.kv_bits_per_value;
+  j["kv_bytes_per_token"] = r.kv_bytes_per_token;
+  if (r.has_ppl)
+    j["wikitext2"] = {{"ppl", r.ppl},
+                      {"ppl_ci", {r.ppl_lo, r.ppl_hi}},
+                      {"tokens", r.ppl_tokens},
+                      {"windows", r.ppl_windows},
+                      {"delta_ppl", r.dppl},
+                      {"delta_ppl_ci", {r.dppl_lo, r.dppl_hi}},
+                      {"delta_ppl_p", r.dppl_p},
+                      {"window_nll_sum", r.window_nll_sum},
+                      {"window_scored", r.window_scored}};
+  if (r.has_kld)
+    j["kld"] = {{"mean", r.kld},        {"se", r.kld_se}, {"upper", r.kld_upper}, {"p", r.kld_p},
+                {"exact", r.kld_exact}, {"top1", r.top1}, {"top1_se", r.top1_se}};
+  if (r.has_gsm8k)
+    j["gsm8k"] = {{"n", r.gsm8k_n},
+                  {"flexible_extract", r.gsm8k},
+                  {"flexible_extract_se", r.gsm8k_se},
+                  {"strict_match", r.gsm8k_strict},
+                  {"strict_match_se", r.gsm8k_strict_se},
+                  {"delta", r.gsm8k_delta},
+                  {"mcnemar_p", r.gsm8k_p},
+                  {"correct", r.gsm8k_correct}};
+  j["decode"] = {{"tokens_per_second", r.decode_tok_s}, {"context", r.decode_context}};
+  j["calibration"] = {{"samples", r.calib_samples}, {"seconds", r.calib_seconds}};
+  j["eval_seconds"] = r.eval_seconds;
+  return j;
+}
+
+namespace {
+// A double field; null (how nlohmann writes NaN) reads back as NaN.
+struct D {
+  const nlohmann::json& v;
+  operator double() const {  // NOLINT(google-explicit-constructor)
+    return v.is_null() ? std::nan("") : v.get<double>();
+  }
+};
+}  // namespace
+
+SchemeReport scheme_report_from_json(const nlohmann::json& j) {
+  SchemeReport r;
+  try {
+    r.scheme = j.at("scheme").get<std::string>();
+    r.kv_format = j.at("kv_format").get<std::string>();
+    r.kv_bits_per_value = j.at("kv_bits_per_value").get<double>();
+    r.kv_bytes_per_token = j.at("kv_bytes_per_token").get<std::int64_t>();
+    if (j.contains("wikitext2")) {
+      const auto& w = j["wikitext2"];
+      r.has_ppl = true;
+      r.ppl = D{w.at("ppl")};
+      r.ppl_lo = D{w.at("ppl_ci").at(0)};
+      r.ppl_hi = D{w.at("ppl_ci").at(1)};
+      r.ppl_tokens = w.at("tokens");
+      r.ppl_windows = w.at("windows");
+      r.dppl = D{w.at("delta_ppl")};
+      r.dppl_lo = D{w.at("delta_ppl_ci").at(0)};
+      r.dppl_hi = D{w.at("delta_ppl_ci").at(1)};
+      r.dppl_p = D{w.at("delta_ppl_p")};
+      r.window_nll_sum = w.at("window_nll_sum").get<std::vector<double>>();
+      r.window_scored = w.at("window_scored").get<std::vector<std::int64_t>>();
+    }
+    if (j.contains("kld")) {
+      const auto& k = j["kld"];
+      r.has_kld = true;
+      r.kld = D{k.at("mean")};
+      r.kld_se = D{k.at("se")};
+      r.kld_upper = D{k.at("upper")};
+      r.kld_p = D{k.at("p")};
+      r.kld_exact = k.at("exact");
+      r.top1 = D{k.at("top1")};
+      r.top1_se = D{k.at("top1_se")};
+    }
+    if (j.contains("gsm8k")) {
+      const auto& g = j["gsm8k"];
+      r.has_gsm8k = true;
+      r.gsm8k_n = g.at("n");
+      r.gsm8k = D{g.at("flexible_extract")};
+      r.gsm8k_se = D{g.at("flexible_extract_se")};
+      r.gsm8k_strict = D{g.at("strict_match")};
+      r.gsm8k_strict_se = D{g.at("strict_match_se")};
+      r.gsm8k_delta = D{g.at("delta")};
+      r.gsm8k_p = D{g.at("mcnemar_p")};
+      r.gsm8k_correct = g.at("correct").get<std::vector<std::uint8_t>>();
+    }
+    r.decode_tok_s = j.at("decode").at("tokens_per_second");
+    r.decode_context = j.at("decode").at("context");
+    r.calib_samples = j.at("calibration").at("samples");
+    r.calib_seconds = j.at("calibration").at("seconds");
+    r.eval_seconds = j.at("eval_seconds");
+  } catch (const nlohmann::json::exception& e) {
+    fail<FormatError>("scheme result JSON: {}", e.what());
+  }
+  return r;
+}
+
+nlohmann::json compare_json(const std::vector<SchemeReport>& rows, const CompareMeta& meta) {
+  nlohmann::json j;
+  j["model"] = meta.model;
+  j["options"] = {{"ctx", meta.ctx},
+                  {"max_windows", meta.max_windows},
+                  {"calib_samples", meta.calib_samples},
+                  {"gsm8k_limit", meta.gsm8k_limit}};
+  j["significance_level"] = kSignificanceLevel;
+  j["schemes"] = nlohmann::json::array();
+  for (const auto& r : rows) j["schemes"].push_back(to_json(r));
+  return j;
+}
+
+}  // namespace kvq::eval

@@ -1,0 +1,170 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "kvq/core/error.h"
+#include "kvq/eval/compare.h"
+#include "kvq/eval/plot_png.h"
+#include "kvq/eval/report.h"
+#include "support/test_paths.h"
+
+namespace kvq::eval {
+namespace {
+
+TEST(Report, SignificanceMarker) {
+  EXPECT_EQ(significance_marker(0.049), "*");
+  EXPECT_EQ(significance_marker(0.05), "");
+  EXPECT_EQ(significance_marker(NAN), "");
+  EXPECT_EQ(format_number(1.23456, 3), "1.235");
+  EXPECT_EQ(format_number(0.5, 2, true), "+0.50");
+  EXPECT_EQ(format_number(NAN, 2), "n/a");
+}
+
+SchemeReport row(const std::string& name, double ppl, double p) {
+  SchemeReport r;
+  r.scheme = name;
+  r.kv_format = "fp8";
+  r.kv_bits_per_value = 8;
+  r.kv_bytes_per_token = 11520;
+  r.has_ppl = r.has_kld = true;
+  r.ppl = ppl, r.ppl_lo = ppl - 1, r.ppl_hi = ppl + 1;
+  r.dppl = 0.25, r.dppl_p = p;
+  r.kld = 0.0123, r.kld_se = 0.0004, r.kld_p = p;
+  r.top1 = 0.95;
+  r.window_nll_sum = {1.5, 2.5};
+  r.window_scored = {3, 4};
+  return r;
+}
+
+TEST(Report, MarkdownTableMarksSignificantDeltas) {
+  auto base = row("baseline", 10, 1);
+  auto sig = row("KV-INT4-Head", 11, 0.001);
+  auto ns = row("KV-FP8-Head", 10.1, 0.4);
+  const std::string md = compare_markdown({base, sig, ns}, {"m", 512, 4, 32, 0});
+  EXPECT_NE(md.find("| scheme | GSM8K"), std::string::npos);
+  EXPECT_NE(
+      md.find("| KV-INT4-Head | – | 11.000 [10.000, 12.000] | +0.250* | 0.01230 ± 0.00040* |"),
+      std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| KV-FP8-Head | – | 10.100 [9.100, 11.100] | +0.250 | 0.01230 ± 0.00040 |"),
+            std::string::npos)
+      << md;
+  // Baseline: no delta, no marker.
+  EXPECT_NE(md.find("| baseline | – | 10.000 [9.000, 11.000] | – | 0.01230 |"), std::string::npos)
+      << md;
+}
+
+TEST(Report, JsonRoundTrip) {
+  auto r = row("KV-FP8-Head", 10, 0.01);
+  r.has_gsm8k = true;
+  r.gsm8k_n = 3;
+  r.gsm8k = 1.0 / 3;
+  r.gsm8k_correct = {1, 0, 0};
+  const SchemeReport back = scheme_report_from_json(to_json(r));
+  EXPECT_EQ(back.scheme, r.scheme);
+  EXPECT_DOUBLE_EQ(back.ppl, r.ppl);
+  EXPECT_DOUBLE_EQ(back.kld_p, r.kld_p);
+  EXPECT_EQ(back.window_scored, r.window_scored);
+  EXPECT_EQ(back.gsm8k_correct, r.gsm8k_correct);
+  EXPECT_THROW(scheme_report_from_json(nlohmann::json::object()), FormatError);
+  r.kld_p = NAN;  // untestable (one window): written as null, read back as NaN
+  EXPECT_TRUE(std::isnan(scheme_report_from_json(nlohmann::json::parse(to_json(r).dump())).kld_p));
+}
+
+TEST(Compare, BaselineRelativeFields) {
+  auto base = row("baseline", std::exp(4.0 / 7.0), 1);
+  base.window_nll_sum = {1.0, 3.0};
+  base.has_gsm8k = true;
+  base.gsm8k = 0.5;
+  base.gsm8k_correct = {1, 1, 0, 0};
+  auto q = base;
+  q.scheme = "q";
+  q.window_nll_sum = {1.0, 3.0};  // identical NLL: delta 0, p 1
+  q.gsm8k = 0.5;
+  q.gsm8k_correct = {0, 1, 1, 0};
+  compare_to_baseline(q, base, std::vector<double>{0.0, 0.0});
+  EXPECT_DOUBLE_EQ(q.dppl, 0.0);
+  EXPECT_DOUBLE_EQ(q.dppl_p, 1.0);
+  EXPECT_DOUBLE_EQ(q.gsm8k_delta, 0.0);
+  EXPECT_DOUBLE_EQ(q.gsm8k_p, 1.0);  // one discordant pair each way
+
+  // Every window worse by the same amount: significant; one window only: no p-value.
+  auto worse = base;
+  worse.scheme = "w";
+  worse.window_nll_sum = {1.3, 3.4};
+  worse.ppl = std::exp(4.7 / 7.0);
+  compare_to_baseline(worse, base, std::vector<double>{0.1, 0.2});
+  EXPECT_GT(worse.dppl, 0.0);
+  EXPECT_LT(worse.dppl_lo, worse.dppl_hi);
+  auto one = base;
+  one.window_nll_sum = {1.3};
+  one.window_scored = {3};
+  auto base1 = one;
+  base1.window_nll_sum = {1.0};
+  compare_to_baseline(one, base1, std::vector<double>{0.1});
+  EXPECT_TRUE(std::isnan(one.dppl_p));
+  EXPECT_TRUE(std::isnan(one.kld_p));
+}
+
+TEST(Compare, SchemeTable) {
+  EXPECT_EQ(builtin_schemes().front().name, "baseline");
+  EXPECT_EQ(builtin_schemes().size(), 8u);
+  EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
+  try {
+    find_scheme("KV-FP3");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("KV-NVFP4"), std::string::npos) << e.what();
+  }
+  const auto l = parse_scheme_list("baseline, KV-INT8-Head");
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[1].name, "KV-INT8-Head");
+  EXPECT_EQ(parse_scheme_list("").size(), 8u);
+  EXPECT_THROW(parse_scheme_list("KV-INT8-Head,kv-int8-head"), InvalidArgument);
+}
+
+TEST(Compare, MissingDataNamesPath) {
+  try {
+    wikitext_path("/nonexistent/data");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/data/wikitext-2-raw/wiki.test.raw"),
+              std::string::npos);
+  }
+}
+
+TEST(Plot, PngHeaderAndSize) {
+  ScatterPanel p{"KLD",
+                 "BITS",
+                 "KLD",
+                 {{4, 0.1, "KV-INT4-Head"},
+                  {8, 0.01, "KV-FP8-Head"},
+                  {32, 0, "baseline"},
+                  {8, NAN, "skipped"}},
+                 true};
+  const RgbImage img = render_scatter({p, p});
+  EXPECT_EQ(img.width, 2 * 420);
+  EXPECT_EQ(img.height, 300);
+  int dark = 0;  // the dots, axes and text drew something
+  for (std::size_t i = 0; i < img.pixels.size(); i += 3) dark += img.pixels[i + 1] < 100;
+  EXPECT_GT(dark, 500);
+  const std::string png = encode_png(img);
+  ASSERT_GT(png.size(), 33u);
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  // IHDR width / height, big-endian.
+  auto be32 = [&](std::size_t o) {
+    return (static_cast<unsigned char>(png[o]) << 24) |
+           (static_cast<unsigned char>(png[o + 1]) << 16) |
+           (static_cast<unsigned char>(png[o + 2]) << 8) | static_cast<unsigned char>(png[o + 3]);
+  };
+  EXPECT_EQ(png.substr(12, 4), "IHDR");
+  EXPECT_EQ(be32(16), 840u);
+  EXPECT_EQ(be32(20), 300u);
+  EXPECT_THROW(render_scatter({}), InvalidArgument);
+  EXPECT_EQ(text_width("AB"), 11);
+}
+
+}  // namespace
+}  // namespace kvq::eval

@@ -1,0 +1,246 @@
+// The packed KV cache computes what compressed-tensors' fake quantization computes.
+//
+// Path A (the reference semantics): key / value hooks fake-quantize the new k / v with
+// kvq::quant::fake_quantize (the port checked against compressed-tensors by tests/golden/quant)
+// and the states go to an fp32 cache. Path B: no hooks, the cache is packed in the format with
+// the SAME scales / zero points / global scale. Both see identical dequantized values (A stores
+// them, B decodes them: quantize_row + dequantize_row == fake_quantize bit for bit), so prefill
+// logits agree to fp32 rounding and decode logits differ only by summation order: B's decode
+// kernel takes dot products on the codes and folds the scales in afterwards.
+//
+// Tolerance: 1e-5 × max|logit| (relative). Measured differences are ~1e-7 relative (the test
+// prints them); a wrong scale, zero point, head mapping or rounding moves logits by ≥ 1e-3.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kvq/model/llama_model.h"
+#include "kvq/quant/fake_quantize.h"
+#include "kvq/quant/formats.h"
+#include "kvq/quant/qparams.h"
+#include "kvq/quant/quant_args.h"
+#include "support/test_paths.h"
+
+namespace kvq::model {
+namespace {
+
+using quant::KvFormat;
+using quant::QuantizationArgs;
+using quant::QuantizationStrategy;
+using quant::QuantizationType;
+
+constexpr float kRelTol = 1e-5f;
+constexpr int kDecodeSteps = 16;
+
+struct Scheme {
+  KvFormat format;
+  bool symmetric;
+  QuantizationStrategy strategy;  // kTensor, kAttnHead, or kTensorGroup (nvfp4)
+  std::string name() const {
+    return std::string(quant::kv_format_name(format)) + (symmetric ? "_sym" : "_asym") +
+           (strategy == QuantizationStrategy::kTensor     ? "_tensor"
+            : strategy == QuantizationStrategy::kAttnHead ? "_head"
+                                                          : "_tensor_group");
+  }
+};
+
+QuantizationArgs args_for(const Scheme& s) {
+  QuantizationArgs a;
+  if (s.format == KvFormat::kNVFP4) {
+    a.num_bits = 4;
+    a.type = QuantizationType::kFloat;
+    a.group_size = 16;
+    a.dynamic = quant::DynamicType::kLocal;
+    a.scale_dtype = DType::kF8E4M3;
+  } else {
+    a.num_bits = s.format == KvFormat::kINT4 ? 4 : 8;
+    a.type = s.format == KvFormat::kFP8E4M3 ? QuantizationType::kFloat : QuantizationType::kInt;
+  }
+  a.strategy = s.strategy;
+  a.symmetric = s.symmetric;
+  a.validate();
+  return a;
+}
+
+// Per-(layer, k|v) min / max over kv heads, observed on an fp32 run of the whole sequence.
+struct Observed {
+  std::vector<std::vector<float>> mn, mx;  // [layers * 2][kv_heads]
+};
+
+class FakeQuantEquivalence : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = LlamaModel::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
+    const auto& c = model_->config();
+    for (int i = 0; i < 24; ++i) prompt_.push_back((i * 37 + 5) % static_cast<int>(c.vocab_size));
+    for (int i = 0; i < kDecodeSteps; ++i) {
+      steps_.push_back((i * 53 + 11) % static_cast<int>(c.vocab_size));
+    }
+    observe();
+  }
+
+  // min / max of every k / v head over prompt + steps, with an fp32 cache.
+  void observe() {
+    const auto& c = model_->config();
+    const auto L = c.num_hidden_layers, H = c.num_key_value_heads;
+    obs_.mn.assign(static_cast<std::size_t>(2 * L),
+                   std::vector<float>(static_cast<std::size_t>(H), 0.0f));
+    obs_.mx = obs_.mn;
+    std::vector<ScopedHook> hooks;
+    for (AttentionModule* m : model_->attention_modules()) {
+      for (int kv = 0; kv < 2; ++kv) {
+        auto hook = [this, kv](AttentionModule& mod, StatesView s) {
+          const auto slot = static_cast<std::size_t>(mod.layer_idx() * 2 + kv);
+          for (std::int64_t b = 0; b < s.batch; ++b)
+            for (std::int64_t h = 0; h < s.heads; ++h)
+              for (std::int64_t t = 0; t < s.tokens; ++t)
+                for (std::int64_t i = 0; i < s.head_dim; ++i) {
+                  const float v = s.row(b, h, t)[i];
+                  float& lo = obs_.mn[slot][static_cast<std::size_t>(h)];
+                  float& hi = obs_.mx[slot][static_cast<std::size_t>(h)];
+                  lo = std::min(lo, v);
+                  hi = std::max(hi, v);
+                }
+        };
+        hooks.emplace_back(kv == 0 ? m->register_key_hook(hook) : m->register_value_hook(hook));
+      }
+    }
+    KvCache cache = model_->make_cache(1, 64);
+    model_->forward(prompt_, cache);
+    for (std::int32_t t : steps_) model_->forward(std::span(&t, 1), cache);
+  }
+
+  // Reference qparams (calculate_qparams) per (layer, k|v): scale / zp [1] or [kv_heads]; the
+  // observed range is shrunk by 0.8 so the largest values clamp (exercising saturation).
+  struct StreamQ {
+    std::vector<float> scale, zp, global_scale;
+  };
+  StreamQ qparams(const Scheme& s, std::size_t slot) const {
+    const QuantizationArgs a = args_for(s);
+    std::vector<float> mn = obs_.mn[slot], mx = obs_.mx[slot];
+    if (s.strategy != QuantizationStrategy::kAttnHead) {
+      mn = {*std::min_element(mn.begin(), mn.end())};
+      mx = {*std::max_element(mx.begin(), mx.end())};
+    }
+    for (float& v : mn) v *= 0.8f;
+    for (float& v : mx) v *= 0.8f;
+    const auto n = static_cast<std::int64_t>(mn.size());
+    const Tensor tmn = Tensor::from_f32({n}, mn), tmx = Tensor::from_f32({n}, mx);
+    StreamQ q;
+    if (s.format == KvFormat::kNVFP4) {
+      q.global_scale = quant::generate_gparam(tmn, tmx).to_f32_vector();
+      return q;
+    }
+    const quant::QParams qp = quant::calculate_qparams(tmn, tmx, a);
+    q.scale = qp.scale.to_f32_vector();
+    if (!s.symmetric) q.zp = qp.zero_point.to_f32_vector();
+    return q;
+  }
+
+  // Logits of prefill (all positions) followed by one row per decode step.
+  std::vector<float> run(KvCache& cache) {
+    std::vector<float> out = model_->forward(prompt_, cache, LogitsMode::kAll).to_f32_vector();
+    for (std::int32_t t : steps_) {
+      const std::vector<float> l = model_->forward(std::span(&t, 1), cache).to_f32_vector();
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  }
+
+  std::vector<float> run_fake_quant(const Scheme& s) {
+    const QuantizationArgs a = args_for(s);
+    std::vector<ScopedHook> hooks;
+    for (AttentionModule* m : model_->attention_modules()) {
+      for (int kv = 0; kv < 2; ++kv) {
+        const StreamQ q = qparams(s, static_cast<std::size_t>(m->layer_idx() * 2 + kv));
+        auto hook = [s, a, q](AttentionModule&, StatesView st) {
+          const Shape shape{st.batch, st.heads, st.tokens, st.head_dim};
+          const std::vector<float> x(st.data, st.data + st.numel());
+          Tensor out;
+          if (s.format == KvFormat::kNVFP4) {
+            // tensor_group over the last dim: rows [B·H·S, D], one global scale.
+            const Tensor x2 = Tensor::from_f32({st.batch * st.heads * st.tokens, st.head_dim}, x);
+            const Tensor gs = Tensor::from_f32({1}, q.global_scale);
+            const quant::QParams qp = quant::compute_dynamic_scales_and_zp(x2, a, &gs);
+            out = quant::fake_quantize(x2, qp.scale, &qp.zero_point, a, &gs);
+          } else {
+            const Shape sshape =
+                s.strategy == QuantizationStrategy::kAttnHead ? Shape{st.heads, 1, 1} : Shape{1};
+            const Tensor xt = Tensor::from_f32(shape, x);
+            const Tensor sc = Tensor::from_f32(sshape, q.scale);
+            if (q.zp.empty()) {
+              out = quant::fake_quantize(xt, sc, nullptr, a);
+            } else {
+              const Tensor zp = Tensor::from_f32(sshape, q.zp);
+              out = quant::fake_quantize(xt, sc, &zp, a);
+            }
+          }
+          const std::vector<float> y = out.to_f32_vector();
+          std::copy(y.begin(), y.end(), st.data);
+        };
+        hooks.emplace_back(kv == 0 ? m->register_key_hook(hook) : m->register_value_hook(hook));
+      }
+    }
+    KvCache cache = model_->make_cache(1, 64);
+    return run(cache);
+  }
+
+  std::vector<float> run_packed(const Scheme& s) {
+    KvCacheSpec spec{s.format, {}};
+    for (std::int64_t l = 0; l < model_->config().num_hidden_layers; ++l) {
+      const StreamQ k = qparams(s, static_cast<std::size_t>(2 * l));
+      const StreamQ v = qparams(s, static_cast<std::size_t>(2 * l + 1));
+      spec.layers.push_back({k.scale, v.scale, k.zp, v.zp, k.global_scale, v.global_scale});
+    }
+    KvCache cache = model_->make_cache(1, 64, spec);
+    EXPECT_EQ(cache.format(), s.format);
+    return run(cache);
+  }
+
+  std::unique_ptr<LlamaModel> model_;
+  std::vector<std::int32_t> prompt_, steps_;
+  Observed obs_;
+};
+
+TEST_F(FakeQuantEquivalence, PackedCacheMatchesFakeQuantizedFp32Cache) {
+  using S = QuantizationStrategy;
+  const Scheme schemes[] = {
+      {KvFormat::kFP8E4M3, true, S::kTensor},    {KvFormat::kFP8E4M3, true, S::kAttnHead},
+      {KvFormat::kINT8, true, S::kTensor},       {KvFormat::kINT8, true, S::kAttnHead},
+      {KvFormat::kINT8, false, S::kTensor},      {KvFormat::kINT8, false, S::kAttnHead},
+      {KvFormat::kINT4, true, S::kTensor},       {KvFormat::kINT4, true, S::kAttnHead},
+      {KvFormat::kINT4, false, S::kTensor},      {KvFormat::kINT4, false, S::kAttnHead},
+      {KvFormat::kNVFP4, true, S::kTensorGroup},
+  };
+  const std::vector<float> plain = [&] {
+    KvCache cache = model_->make_cache(1, 64);
+    return run(cache);
+  }();
+  const auto vocab = model_->config().vocab_size;
+  const auto prefill_n = static_cast<std::size_t>(prompt_.size()) * static_cast<std::size_t>(vocab);
+  for (const Scheme& s : schemes) {
+    const std::vector<float> a = run_fake_quant(s);
+    const std::vector<float> b = run_packed(s);
+    ASSERT_EQ(a.size(), b.size());
+    float amax = 0.0f, pre = 0.0f, dec = 0.0f, vs_plain = 0.0f;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b[i])) << s.name() << " logit " << i;
+      amax = std::max(amax, std::fabs(a[i]));
+      const float d = std::fabs(a[i] - b[i]);
+      (i < prefill_n ? pre : dec) = std::max(i < prefill_n ? pre : dec, d);
+      vs_plain = std::max(vs_plain, std::fabs(a[i] - plain[i]));
+    }
+    std::printf("%-22s max|logit| %.3f  prefill rel %.2e  decode rel %.2e  (quant effect %.2e)\n",
+                s.name().c_str(), amax, pre / amax, dec / amax, vs_plain / amax);
+    EXPECT_LE(pre, kRelTol * amax) << s.name() << " prefill";
+    EXPECT_LE(dec, kRelTol * amax) << s.name() << " decode";
+    // The quantization must actually change something, or the comparison proves nothing.
+    EXPECT_GT(vs_plain, 100.0f * kRelTol * amax) << s.name() << " did not quantize";
+  }
+}
+
+}  // namespace
+}  // namespace kvq::model

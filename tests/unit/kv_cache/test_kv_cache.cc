@@ -1,0 +1,197 @@
+// KvCache / KvBuffer: packed storage per quant::KvFormat, per-stream parameters, validation of
+// the KvCacheSpec the lifecycle hands over, dynamic nvfp4 global scales, bytes per token.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvq/core/error.h"
+#include "kvq/model/kv_cache.h"
+#include "kvq/quant/formats.h"
+
+namespace kvq::model {
+namespace {
+
+using quant::KvFormat;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_states(std::size_t n, std::uint64_t seed, float sigma = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// The InvalidArgument message of building a 3-layer, 2-head cache from `spec`.
+std::string spec_error(const KvCacheSpec& spec) {
+  try {
+    KvCache c(3, 1, 2, 16, 8, spec);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+KvCacheSpec int8_spec() {
+  KvLayerScales ls{{0.1f}, {0.2f, 0.3f}, {}, {}, {}, {}};
+  return {KvFormat::kINT8, {ls, ls, ls}};
+}
+
+TEST(KvCacheSpec, ValidSpecsBuild) {
+  EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, int8_spec()));
+  for (KvFormat f : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kF16, KvFormat::kNVFP4}) {
+    EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, f)) << quant::kv_format_name(f);
+  }
+  KvCacheSpec asym = int8_spec();
+  asym.format = KvFormat::kINT4;
+  asym.layers[2].v_zero_point = {-8.0f, 7.0f};
+  EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, asym));
+}
+
+TEST(KvCacheSpec, BadSpecsNameLayerAndTensor) {
+  KvCacheSpec s = int8_spec();
+  s.layers[1].k_scale = {0.1f, kNaN};
+  std::string e = spec_error(s);
+  EXPECT_NE(e.find("layer 1 k_scale[1] is nan"), std::string::npos) << e;
+  EXPECT_NE(e.find("not calibrated"), std::string::npos) << e;
+
+  s = int8_spec();
+  s.layers[2].v_scale = {};
+  e = spec_error(s);
+  EXPECT_NE(e.find("layer 2 has no v_scale"), std::string::npos) << e;
+
+  s = int8_spec();
+  s.layers[0].v_scale = {0.1f, 0.2f, 0.3f};
+  e = spec_error(s);
+  EXPECT_NE(e.find("layer 0 v_scale has 3 values"), std::string::npos) << e;
+
+  s = int8_spec();
+  s.layers[0].k_scale = {-1.0f};
+  EXPECT_NE(spec_error(s).find("layer 0 k_scale[0] is -1"), std::string::npos);
+
+  s = int8_spec();
+  s.layers[1].k_zero_point = {0.5f};
+  EXPECT_NE(spec_error(s).find("layer 1 k_zero_point[0] is 0.5"), std::string::npos);
+
+  s = int8_spec();
+  s.format = KvFormat::kINT4;
+  s.layers[1].v_zero_point = {9.0f};
+  EXPECT_NE(spec_error(s).find("expected an integer in [-8, 7]"), std::string::npos);
+
+  s = int8_spec();
+  s.format = KvFormat::kFP8E4M3;
+  s.layers[0].k_zero_point = {1.0f};
+  EXPECT_NE(spec_error(s).find("fp8 has no zero point"), std::string::npos);
+
+  s = {KvFormat::kNVFP4, std::vector<KvLayerScales>(3)};
+  s.layers[2].v_global_scale = {kNaN};
+  EXPECT_NE(spec_error(s).find("layer 2 v_global_scale[0] is nan"), std::string::npos);
+
+  s = int8_spec();
+  s.layers.pop_back();
+  EXPECT_NE(spec_error(s).find("scales for 2 layers"), std::string::npos);
+
+  for (KvFormat f : {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4}) {
+    EXPECT_THROW(KvCache(3, 1, 2, 16, 8, f), InvalidArgument) << quant::kv_format_name(f);
+  }
+}
+
+// Every stream stores quantize_row of its rows with ITS head's parameters; read() decodes them.
+TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
+  const std::int64_t B = 2, H = 3, D = 32, cap = 10;
+  for (KvFormat f : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kF16, KvFormat::kFP8E4M3,
+                     KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
+    const auto& t = quant::kv_format_traits(f);
+    KvLayerScales ls;
+    ls.k_scale = {0.05f, 0.1f, 0.2f};
+    ls.v_scale = {0.3f};
+    if (t.supports_zero_point) ls.k_zero_point = {1.0f, -2.0f, 3.0f};
+    if (f == KvFormat::kNVFP4) ls.k_global_scale = {400.0f, 500.0f, 600.0f};
+    KvCache cache(1, B, H, D, cap, KvCacheSpec{f, {ls}});
+    const auto x = random_states(static_cast<std::size_t>(B * H * 4 * D), 1);
+    cache.keys(0).write(3, 4, x.data());  // rows [3, 7)
+    const std::vector<float> got = cache.keys(0).read(7);
+    std::vector<std::byte> row(quant::kv_row_bytes(f, D));
+    std::vector<float> want(static_cast<std::size_t>(D));
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t h = 0; h < H; ++h) {
+        // nvfp4 ignores the stream scale (its block scales are in the row).
+        const float s = f == KvFormat::kNVFP4 ? 1.0f : ls.k_scale[static_cast<std::size_t>(h)];
+        const float zp = t.supports_zero_point ? ls.k_zero_point[static_cast<std::size_t>(h)] : 0;
+        const float gs = f == KvFormat::kNVFP4 ? ls.k_global_scale[static_cast<std::size_t>(h)] : 1;
+        for (std::int64_t r = 0; r < 4; ++r) {
+          quant::quantize_row(f, x.data() + ((b * H + h) * 4 + r) * D, D, s, zp, gs, row.data());
+          quant::ref::dequantize_row(f, row.data(), D, s, zp, gs, want.data());
+          for (std::int64_t i = 0; i < D; ++i) {
+            ASSERT_EQ(got[static_cast<std::size_t>(((b * H + h) * 7 + 3 + r) * D + i)],
+                      want[static_cast<std::size_t>(i)])
+                << t.name << " b" << b << " h" << h << " r" << r << " i" << i;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(cache.keys(0).zero_point(2), t.supports_zero_point ? 3.0f : 0.0f);
+  }
+}
+
+// bytes_per_token is the format's theoretical size: values plus in-row block scales.
+TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
+  const std::int64_t layers = 30, H = 3, D = 64;
+  for (const auto& t : quant::kv_format_table()) {
+    KvCacheSpec spec{t.format, {}};
+    if (t.needs_scale && t.format != KvFormat::kNVFP4) {
+      spec.layers.assign(static_cast<std::size_t>(layers), KvLayerScales{{1.0f}, {1.0f}});
+    }
+    KvCache cache(layers, 1, H, D, 4, spec);
+    // bits / 8 per value, plus one E4M3 byte per 16 values for nvfp4.
+    double per_head = D * t.bits / 8.0;
+    if (t.format == KvFormat::kNVFP4) per_head += D / 16.0;
+    const double theory = 2.0 * layers * H * per_head;
+    std::printf("%-6s bytes_per_token %6lld (theory %.0f, %.4f B/value)\n", t.name.data(),
+                static_cast<long long>(cache.bytes_per_token()), theory,
+                static_cast<double>(cache.bytes_per_token()) / (2.0 * layers * H * D));
+    EXPECT_NEAR(static_cast<double>(cache.bytes_per_token()), theory, 0.02 * theory) << t.name;
+  }
+}
+
+TEST(KvCache, DynamicNvfp4GlobalScaleIsFixedByTheFirstWrite) {
+  const std::int64_t H = 2, D = 16;
+  KvCache cache(1, 1, H, D, 16, KvFormat::kNVFP4);
+  EXPECT_TRUE(std::isnan(cache.keys(0).global_scale(0)));
+  auto x = random_states(static_cast<std::size_t>(H * 3 * D), 2);
+  x[5] = 3.0f;       // head 0 amax
+  x[3 * D] = -5.0f;  // head 1 amax
+  cache.keys(0).write(0, 3, x.data());
+  EXPECT_FLOAT_EQ(cache.keys(0).global_scale(0), 448.0f * 6.0f / (kNvfp4DynamicHeadroom * 3.0f));
+  EXPECT_FLOAT_EQ(cache.keys(0).global_scale(1), 448.0f * 6.0f / (kNvfp4DynamicHeadroom * 5.0f));
+  cache.advance(3);
+  // A later, larger token does not move it; values up to the headroom still decode closely.
+  std::vector<float> y(static_cast<std::size_t>(H * D), 0.0f);
+  y[0] = 11.0f;
+  cache.keys(0).write(3, 1, y.data());
+  EXPECT_FLOAT_EQ(cache.keys(0).global_scale(0), 448.0f * 6.0f / (kNvfp4DynamicHeadroom * 3.0f));
+  EXPECT_NEAR(cache.keys(0).read(4)[3 * D], 11.0f, 11.0f * 0.1f);
+  // reset() / truncate(0) forget it: the next first write fixes it again.
+  cache.reset();
+  EXPECT_TRUE(std::isnan(cache.keys(0).global_scale(0)));
+  for (float& v : x) v *= 2.0f;
+  cache.keys(0).write(0, 3, x.data());
+  EXPECT_FLOAT_EQ(cache.keys(0).global_scale(0), 448.0f * 6.0f / (kNvfp4DynamicHeadroom * 6.0f));
+  cache.advance(3);
+  cache.truncate(0);
+  EXPECT_TRUE(std::isnan(cache.keys(0).global_scale(1)));
+  // Calibrated global scales survive reset().
+  KvLayerScales ls;
+  ls.k_global_scale = {100.0f};
+  KvCache cal(1, 1, H, D, 16, KvCacheSpec{KvFormat::kNVFP4, {ls}});
+  cal.reset();
+  EXPECT_EQ(cal.keys(0).global_scale(1), 100.0f);
+  EXPECT_TRUE(std::isnan(cal.values(0).global_scale(1)));  // v stays dynamic
+}
+
+}  // namespace
+}  // namespace kvq::model
