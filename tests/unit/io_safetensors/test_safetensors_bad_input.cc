@@ -7,7 +7,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <chrono>
 
 #include "io_test_util.h"
 #include "kvq/io/safetensors.h"
@@ -173,8 +172,8 @@ TEST_F(BadSafetensors, MissingFileIsAnIoError) {
   EXPECT_THROW_MSG(SafetensorsFile::open(dir_ / "nope.safetensors"), IoError, "nope.safetensors");
 }
 
-// Opening must not read the data section: a 512 MiB (sparse) file opens in milliseconds and
-// without the resident set growing by the file size.
+// Opening must not read the data section: a 512 MiB (sparse) file opens without the resident
+// set growing by the file size. (No time bound: speed belongs in benchmarks, not tests.)
 TEST(SafetensorsZeroCopy, OpeningALargeFileReadsOnlyTheHeader) {
   TempDir dir;
   const auto path = dir / "big.safetensors";
@@ -186,16 +185,11 @@ TEST(SafetensorsZeroCopy, OpeningALargeFileReadsOnlyTheHeader) {
 
   rusage before{}, after{};
   getrusage(RUSAGE_SELF, &before);
-  const auto t0 = std::chrono::steady_clock::now();
   const auto file = SafetensorsFile::open(path);
   const Tensor big = file.tensor("big");
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   getrusage(RUSAGE_SELF, &after);
   EXPECT_EQ(big.nbytes(), kBytes);
-  // The resident-set check is the real one (reading would add 512 MiB); the time bound only
-  // catches a gross regression and leaves slack for a loaded 2-core machine (open is ~0.1 ms).
-  EXPECT_LT(ms, 50.0);
+  // Reading the data would add 512 MiB to the resident set.
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB";  // ru_maxrss is in KiB
 }
 
