@@ -1,13 +1,16 @@
-// Reads tests/data/quant/math_goldens.{json,bin} (written by
-// tools/reference/make_quant_goldens.py) and compares tensors bit for bit.
+// Reads tests/data/quant/math_goldens.{json,bin.gz} (written by
+// tools/reference/make_quant_goldens_math.py) and compares tensors bit for bit.
 #pragma once
 
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <zlib.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -20,10 +23,17 @@ namespace kvq::test {
 class GoldenBlob {
  public:
   explicit GoldenBlob(const std::string& stem) {
-    std::ifstream bin(test_data_dir() / "quant" / (stem + ".bin"), std::ios::binary);
-    std::ostringstream ss;
-    ss << bin.rdbuf();
-    data_ = std::make_shared<std::string>(ss.str());
+    const auto bin_path = test_data_dir() / "quant" / (stem + ".bin.gz");
+    gzFile gz = gzopen(bin_path.c_str(), "rb");
+    if (gz == nullptr) throw std::runtime_error("cannot open " + bin_path.string());
+    data_ = std::make_shared<std::string>();
+    char buffer[1 << 16];
+    int n = 0;
+    while ((n = gzread(gz, buffer, sizeof buffer)) > 0)
+      data_->append(buffer, static_cast<std::size_t>(n));
+    const bool ok = n == 0;
+    gzclose(gz);
+    if (!ok) throw std::runtime_error("corrupt gzip data in " + bin_path.string());
     std::ifstream js(test_data_dir() / "quant" / (stem + ".json"));
     index_ = nlohmann::ordered_json::parse(js);
   }
@@ -32,6 +42,9 @@ class GoldenBlob {
     const auto dtype = dtype_from_name(entry.at("dtype").get<std::string>());
     Shape shape = entry.at("shape").get<Shape>();
     Tensor t(*dtype, shape);
+    const auto offset = entry.at("offset").get<std::size_t>();
+    if (offset + t.nbytes() > data_->size() || entry.at("nbytes").get<std::size_t>() != t.nbytes())
+      throw std::runtime_error("golden entry out of range of the blob");
     std::memcpy(t.mutable_data(), data_->data() + entry.at("offset").get<std::size_t>(),
                 entry.at("nbytes").get<std::size_t>());
     return t;
