@@ -3,15 +3,14 @@
 // The KV cache (kvq/model/kv_cache.h) owns the bytes; a KvRowsView describes the rows of one
 // (layer, batch, kv head) stream: `capacity` rows of kv_row_bytes(format, head_dim) bytes in one
 // of the quant::KvFormat layouts (kvq/quant/formats.h), plus the stream's dequantization
-// parameters. A kernel either reads rows directly with quant::dot_row / axpy_row (decode) and
-// folds `factor()` in once, or decodes a tile to fp32 in a small scratch buffer with
-// load_kv_rows (prefill) — never a dequantized copy of the whole cache.
+// parameters. A kernel either reads rows directly with quant::dot_rows / axpy_rows (decode) or
+// decodes a tile to fp32 in a small scratch buffer with load_kv_rows (prefill) — never a
+// dequantized copy of the whole cache. Both see exactly the dequantized values below, so a
+// packed cache computes what an fp32 cache holding those values (fake quantization) computes.
 //
 // Decoded value of element i of row t:
 //   f32/bf16/f16/fp8/int8/int4:  (code_i - zero_point) * scale
-//   nvfp4:                       e2m1_i * block_scale_i / global_scale
-// so the per-stream factor a kernel folds after dot_row / axpy_row is factor() (= scale, or
-// 1 / global_scale for nvfp4, whose block scales dot_row / axpy_row apply themselves).
+//   nvfp4:                       e2m1_i * (block_scale_i / global_scale)
 #pragma once
 
 #include <cstddef>
@@ -37,8 +36,8 @@ struct KvRowsView {
   float zero_point = 0.0f;    // stream zero point, an integer code (int8 / int4 only)
   float global_scale = 1.0f;  // nvfp4 stream global scale (> 0)
 
-  // The stream factor to apply after dot_row / axpy_row.
-  float factor() const { return format == KvFormat::kNVFP4 ? 1.0f / global_scale : scale; }
+  // The stream's dequantization, for quant::dot_rows / axpy_rows.
+  quant::RowCodec codec() const { return {format, head_dim, scale, zero_point, global_scale}; }
   const std::byte* row(std::int64_t t) const { return data + t * row_bytes; }
 
   // Rows [t0, t0 + n) as fp32 pointer when the storage is fp32 with unit scale, else nullptr.

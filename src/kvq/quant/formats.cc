@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
@@ -209,6 +210,34 @@ void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, fl
     acc[i] = std::fma(w, decode_value(format, row, n, i, zero_point), acc[i]);
 }
 
+void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
+              std::int64_t nt, float* scores, std::int64_t ld) {
+  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
+  std::vector<float> x(static_cast<std::size_t>(codec.n));
+  for (std::int64_t j = 0; j < nt; ++j) {
+    ref::dequantize_row(codec.format, rows + j * row_bytes, codec.n, codec.scale, codec.zero_point,
+                        codec.global_scale, x.data());
+    for (std::int64_t i = 0; i < nq; ++i) {
+      float sum = 0.0f;
+      for (std::int64_t c = 0; c < codec.n; ++c) sum += q[i * codec.n + c] * x[c];
+      scores[i * ld + j] = sum;
+    }
+  }
+}
+
+void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
+               const std::byte* rows, std::int64_t nt, float* acc) {
+  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
+  std::vector<float> x(static_cast<std::size_t>(codec.n));
+  for (std::int64_t j = 0; j < nt; ++j) {
+    ref::dequantize_row(codec.format, rows + j * row_bytes, codec.n, codec.scale, codec.zero_point,
+                        codec.global_scale, x.data());
+    for (std::int64_t i = 0; i < nq; ++i)
+      for (std::int64_t c = 0; c < codec.n; ++c)
+        acc[i * codec.n + c] = std::fma(p[i * ld + j], x[c], acc[i * codec.n + c]);
+  }
+}
+
 }  // namespace ref
 
 namespace {
@@ -293,6 +322,50 @@ void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, fl
 #endif
   for (std::int64_t i = done; i < n; ++i)
     acc[i] = std::fma(w, decode_value(format, row, n, i, zero_point), acc[i]);
+}
+
+void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
+              std::int64_t nt, float* scores, std::int64_t ld) {
+  std::int64_t done = 0;
+#if defined(__x86_64__)
+  if (isa() == Isa::kAvx512)
+    done = detail::avx512::dot_rows(codec, q, nq, rows, nt, scores, ld);
+  else if (isa() == Isa::kAvx2)
+    done = detail::avx2::dot_rows(codec, q, nq, rows, nt, scores, ld);
+#endif
+  if (done == codec.n) return;
+  // The tail (or everything, without SIMD): the same order for every format.
+  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
+  for (std::int64_t j = 0; j < nt; ++j) {
+    const std::byte* row = rows + j * row_bytes;
+    for (std::int64_t i = 0; i < nq; ++i) {
+      float sum = done == 0 ? 0.0f : scores[i * ld + j];
+      for (std::int64_t c = done; c < codec.n; ++c)
+        sum += q[i * codec.n + c] * detail::dequant_value(codec, row, c);
+      scores[i * ld + j] = sum;
+    }
+  }
+}
+
+void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
+               const std::byte* rows, std::int64_t nt, float* acc) {
+  std::int64_t done = 0;
+#if defined(__x86_64__)
+  if (isa() == Isa::kAvx512)
+    done = detail::avx512::axpy_rows(codec, p, nq, ld, rows, nt, acc);
+  else if (isa() == Isa::kAvx2)
+    done = detail::avx2::axpy_rows(codec, p, nq, ld, rows, nt, acc);
+#endif
+  if (done == codec.n) return;
+  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
+  for (std::int64_t j = 0; j < nt; ++j) {
+    const std::byte* row = rows + j * row_bytes;
+    for (std::int64_t c = done; c < codec.n; ++c) {
+      const float x = detail::dequant_value(codec, row, c);
+      for (std::int64_t i = 0; i < nq; ++i)
+        acc[i * codec.n + c] = std::fma(p[i * ld + j], x, acc[i * codec.n + c]);
+    }
+  }
 }
 
 }  // namespace kvq::quant

@@ -73,9 +73,9 @@ void quantize_row(KvFormat format, const float* x, std::int64_t n, float scale, 
 void dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
                     float zero_point, float global_scale, float* out);
 
-// Attention fast paths. The stream scale is NOT applied (the kernel folds it: k_scale into the
-// softmax scale, v_scale once per output); nvfp4 applies its in-row block scales, so its stream
-// factor to fold is 1 / global_scale.
+// Single-row products on the codes. The stream scale is NOT applied (a caller folds it);
+// nvfp4 applies its in-row block scales, so its stream factor is 1 / global_scale. (Attention
+// uses dot_rows / axpy_rows below, which dequantize exactly; these stay for benchmarks.)
 //   dot_row  = sum_i q[i] * (code_i - zero_point)          q [n], row [kv_row_bytes]
 //   axpy_row: acc[i] += w * (code_i - zero_point)            acc [n]
 // Fast paths use AVX-512 / AVX2+F16C / scalar by runtime dispatch; their summation order
@@ -85,6 +85,30 @@ float dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_
 void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, float zero_point,
               float* acc);
 
+// How to dequantize the rows of one stream: row j's element c is (code - zero_point) * scale
+// (nvfp4: e2m1 * (block_scale / global_scale)), exactly dequantize_row's value.
+struct RowCodec {
+  KvFormat format = KvFormat::kF32;
+  std::int64_t n = 0;  // values per row (head_dim); rows are kv_row_bytes(format, n) apart
+  float scale = 1.0f;
+  float zero_point = 0.0f;
+  float global_scale = 1.0f;  // nvfp4 only
+};
+
+// Multi-query attention kernels (decode): nq query rows share every decoded row, so a GQA group
+// reads each cached K / V row once. Each row is dequantized to exactly dequantize_row's values
+// and the arithmetic after that is the same for every format, so a packed cache gives results
+// BIT-IDENTICAL to an fp32 cache holding the dequantized values (a fake-quantized cache):
+// kvq's packed KV cache reproduces the fake-quant (reference) run exactly. Summation order is
+// fixed per CPU instruction set (not the scalar reference's order).
+//   dot_rows:  scores[i * ld + j] = sum_c q[i * n + c] * x_j[c]     q [nq, n], j < nt
+//   axpy_rows: acc[i * n + c] += sum_j p[i * ld + j] * x_j[c]       (j ascending, fma each)
+// where x_j is row j (at rows + j * kv_row_bytes(format, n)) dequantized.
+void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
+              std::int64_t nt, float* scores, std::int64_t ld);
+void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
+               const std::byte* rows, std::int64_t nt, float* acc);
+
 // Scalar ground truth for the fast paths (and the dispatch fallback).
 namespace ref {
 void dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
@@ -93,6 +117,11 @@ float dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_
               float zero_point);
 void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, float zero_point,
               float* acc);
+// Sequential sums over ref::dequantize_row's values.
+void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
+              std::int64_t nt, float* scores, std::int64_t ld);
+void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
+               const std::byte* rows, std::int64_t nt, float* acc);
 }  // namespace ref
 
 // Which implementation the dispatcher picked on this CPU: "avx512", "avx2" or "scalar".

@@ -2,8 +2,11 @@
 // same structure and per-element ops as formats_avx512.cc (see there for the FP8 decode).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "kvq/quant/formats_simd.h"
 
@@ -16,8 +19,6 @@
 
 namespace kvq::quant::detail::avx2 {
 namespace {
-
-constexpr std::int64_t kStep = 8;
 
 inline __m256 e4m3_8(const std::byte* p) {
   const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -75,107 +76,31 @@ inline __m256 load8(const std::byte* row, std::int64_t i, __m256 zp) {
   }
 }
 
-inline float block_scale(const std::byte* row, std::int64_t n, std::int64_t i) {
-  return nvfp4_block_scale(row, n, i);
-}
-
-template <KvFormat F>
-std::int64_t dequantize_t(const std::byte* in, std::int64_t n, float scale, float zero_point,
-                          float global_scale, float* out) {
-  const __m256 zp = _mm256_set1_ps(zero_point);
-  __m256 s = _mm256_set1_ps(scale);
-  std::int64_t i = 0;
-  for (; i + kStep <= n; i += kStep) {
-    if constexpr (F == KvFormat::kNVFP4) s = _mm256_set1_ps(block_scale(in, n, i) / global_scale);
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(load8<F>(in, i, zp), s));
+struct Simd {
+  using V = __m256;
+  static constexpr std::int64_t kWidth = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float reduce(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
   }
-  return i;
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-template <KvFormat F>
-std::int64_t dot_t(const float* q, const std::byte* row, std::int64_t n, float zero_point,
-                   float* sum) {
-  const __m256 zp = _mm256_set1_ps(zero_point);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  std::int64_t i = 0;
-  for (; i + 2 * kStep <= n; i += 2 * kStep) {
-    __m256 v0 = load8<F>(row, i, zp), v1 = load8<F>(row, i + kStep, zp);
-    if constexpr (F == KvFormat::kNVFP4) {
-      const __m256 s = _mm256_set1_ps(block_scale(row, n, i));  // i, i + 8: one 16-value block
-      v0 = _mm256_mul_ps(v0, s);
-      v1 = _mm256_mul_ps(v1, s);
-    }
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), v0, acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + kStep), v1, acc1);
+  template <KvFormat F>
+  static V load(const std::byte* row, std::int64_t i, V zp) {
+    return load8<F>(row, i, zp);
   }
-  for (; i + kStep <= n; i += kStep) {
-    __m256 v = load8<F>(row, i, zp);
-    if constexpr (F == KvFormat::kNVFP4)
-      v = _mm256_mul_ps(v, _mm256_set1_ps(block_scale(row, n, i)));
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), v, acc0);
-  }
-  *sum = hsum(_mm256_add_ps(acc0, acc1));
-  return i;
-}
-
-template <KvFormat F>
-std::int64_t axpy_t(float w, const std::byte* row, std::int64_t n, float zero_point, float* acc) {
-  const __m256 zp = _mm256_set1_ps(zero_point);
-  const __m256 wv = _mm256_set1_ps(w);
-  std::int64_t i = 0;
-  for (; i + kStep <= n; i += kStep) {
-    __m256 v = load8<F>(row, i, zp);
-    if constexpr (F == KvFormat::kNVFP4)
-      v = _mm256_mul_ps(v, _mm256_set1_ps(block_scale(row, n, i)));
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, v, _mm256_loadu_ps(acc + i)));
-  }
-  return i;
-}
+};
 
 }  // namespace
 
-#define KVQ_FORMAT_DISPATCH(fn, ...)              \
-  switch (format) {                               \
-    case KvFormat::kF32:                          \
-      return fn<KvFormat::kF32>(__VA_ARGS__);     \
-    case KvFormat::kBF16:                         \
-      return fn<KvFormat::kBF16>(__VA_ARGS__);    \
-    case KvFormat::kF16:                          \
-      return fn<KvFormat::kF16>(__VA_ARGS__);     \
-    case KvFormat::kFP8E4M3:                      \
-      return fn<KvFormat::kFP8E4M3>(__VA_ARGS__); \
-    case KvFormat::kINT8:                         \
-      return fn<KvFormat::kINT8>(__VA_ARGS__);    \
-    case KvFormat::kINT4:                         \
-      return fn<KvFormat::kINT4>(__VA_ARGS__);    \
-    case KvFormat::kNVFP4:                        \
-      return fn<KvFormat::kNVFP4>(__VA_ARGS__);   \
-  }                                               \
-  return 0
-
-std::int64_t dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
-                            float zero_point, float global_scale, float* out) {
-  KVQ_FORMAT_DISPATCH(dequantize_t, in, n, scale, zero_point, global_scale, out);
-}
-
-std::int64_t dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_t n,
-                     float zero_point, float* sum) {
-  KVQ_FORMAT_DISPATCH(dot_t, q, row, n, zero_point, sum);
-}
-
-std::int64_t axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n,
-                      float zero_point, float* acc) {
-  KVQ_FORMAT_DISPATCH(axpy_t, w, row, n, zero_point, acc);
-}
-
-#undef KVQ_FORMAT_DISPATCH
+#include "kvq/quant/formats_simd_body.inc"  // NOLINT(bugprone-suspicious-include)
 
 }  // namespace kvq::quant::detail::avx2
 

@@ -9,8 +9,11 @@
 // E2M1 values come from a 16-entry register LUT (vpermps).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "kvq/quant/formats_simd.h"
 
@@ -23,8 +26,6 @@
 
 namespace kvq::quant::detail::avx512 {
 namespace {
-
-constexpr std::int64_t kStep = 16;
 
 inline __m512 e4m3_16(const std::byte* p) {
   const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -77,99 +78,26 @@ inline __m512 load16(const std::byte* row, std::int64_t i, __m512 zp) {
   }
 }
 
-inline float block_scale(const std::byte* row, std::int64_t n, std::int64_t i) {
-  return nvfp4_block_scale(row, n, i);
-}
-
-template <KvFormat F>
-std::int64_t dequantize_t(const std::byte* in, std::int64_t n, float scale, float zero_point,
-                          float global_scale, float* out) {
-  const __m512 zp = _mm512_set1_ps(zero_point);
-  __m512 s = _mm512_set1_ps(scale);
-  std::int64_t i = 0;
-  for (; i + kStep <= n; i += kStep) {
-    if constexpr (F == KvFormat::kNVFP4) s = _mm512_set1_ps(block_scale(in, n, i) / global_scale);
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(load16<F>(in, i, zp), s));
+struct Simd {
+  using V = __m512;
+  static constexpr std::int64_t kWidth = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static float reduce(V v) { return _mm512_reduce_add_ps(v); }
+  template <KvFormat F>
+  static V load(const std::byte* row, std::int64_t i, V zp) {
+    return load16<F>(row, i, zp);
   }
-  return i;
-}
-
-template <KvFormat F>
-std::int64_t dot_t(const float* q, const std::byte* row, std::int64_t n, float zero_point,
-                   float* sum) {
-  const __m512 zp = _mm512_set1_ps(zero_point);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  std::int64_t i = 0;
-  for (; i + 2 * kStep <= n; i += 2 * kStep) {
-    __m512 v0 = load16<F>(row, i, zp), v1 = load16<F>(row, i + kStep, zp);
-    if constexpr (F == KvFormat::kNVFP4) {
-      v0 = _mm512_mul_ps(v0, _mm512_set1_ps(block_scale(row, n, i)));
-      v1 = _mm512_mul_ps(v1, _mm512_set1_ps(block_scale(row, n, i + kStep)));
-    }
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), v0, acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + kStep), v1, acc1);
-  }
-  for (; i + kStep <= n; i += kStep) {
-    __m512 v = load16<F>(row, i, zp);
-    if constexpr (F == KvFormat::kNVFP4)
-      v = _mm512_mul_ps(v, _mm512_set1_ps(block_scale(row, n, i)));
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), v, acc0);
-  }
-  *sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-  return i;
-}
-
-template <KvFormat F>
-std::int64_t axpy_t(float w, const std::byte* row, std::int64_t n, float zero_point, float* acc) {
-  const __m512 zp = _mm512_set1_ps(zero_point);
-  const __m512 wv = _mm512_set1_ps(w);
-  std::int64_t i = 0;
-  for (; i + kStep <= n; i += kStep) {
-    __m512 v = load16<F>(row, i, zp);
-    if constexpr (F == KvFormat::kNVFP4)
-      v = _mm512_mul_ps(v, _mm512_set1_ps(block_scale(row, n, i)));
-    _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(wv, v, _mm512_loadu_ps(acc + i)));
-  }
-  return i;
-}
+};
 
 }  // namespace
 
-#define KVQ_FORMAT_DISPATCH(fn, ...)              \
-  switch (format) {                               \
-    case KvFormat::kF32:                          \
-      return fn<KvFormat::kF32>(__VA_ARGS__);     \
-    case KvFormat::kBF16:                         \
-      return fn<KvFormat::kBF16>(__VA_ARGS__);    \
-    case KvFormat::kF16:                          \
-      return fn<KvFormat::kF16>(__VA_ARGS__);     \
-    case KvFormat::kFP8E4M3:                      \
-      return fn<KvFormat::kFP8E4M3>(__VA_ARGS__); \
-    case KvFormat::kINT8:                         \
-      return fn<KvFormat::kINT8>(__VA_ARGS__);    \
-    case KvFormat::kINT4:                         \
-      return fn<KvFormat::kINT4>(__VA_ARGS__);    \
-    case KvFormat::kNVFP4:                        \
-      return fn<KvFormat::kNVFP4>(__VA_ARGS__);   \
-  }                                               \
-  return 0
-
-std::int64_t dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
-                            float zero_point, float global_scale, float* out) {
-  KVQ_FORMAT_DISPATCH(dequantize_t, in, n, scale, zero_point, global_scale, out);
-}
-
-std::int64_t dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_t n,
-                     float zero_point, float* sum) {
-  KVQ_FORMAT_DISPATCH(dot_t, q, row, n, zero_point, sum);
-}
-
-std::int64_t axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n,
-                      float zero_point, float* acc) {
-  KVQ_FORMAT_DISPATCH(axpy_t, w, row, n, zero_point, acc);
-}
-
-#undef KVQ_FORMAT_DISPATCH
+#include "kvq/quant/formats_simd_body.inc"  // NOLINT(bugprone-suspicious-include)
 
 }  // namespace kvq::quant::detail::avx512
 

@@ -75,6 +75,16 @@ inline float decode_value(KvFormat format, const std::byte* row, std::int64_t n,
   return 0.0f;
 }
 
+// Element i of a row dequantized (the scalar reference's value).
+inline float dequant_value(const RowCodec& c, const std::byte* row, std::int64_t i) {
+  if (c.format == KvFormat::kNVFP4)
+    return e2m1_to_f32(nibble(row, i)) * (nvfp4_block_scale(row, c.n, i) / c.global_scale);
+  return decode_value(c.format, row, c.n, i, c.zero_point) * c.scale;
+}
+
+// The multi-query kernels keep this many queries' accumulators in registers at once.
+inline constexpr std::int64_t kMaxRowQueries = 8;
+
 // SIMD kernels process whole chunks (16 values for AVX-512, 8 for AVX2) from element 0 and
 // return how many elements they handled; the caller finishes the tail with decode_value.
 // Each computes exactly the scalar reference's per-element ops (dequantize, axpy: bit-exact).
@@ -85,6 +95,10 @@ std::int64_t dot_row(KvFormat format, const float* q, const std::byte* row, std:
                      float zero_point, float* sum);
 std::int64_t axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n,
                       float zero_point, float* acc);
+std::int64_t dot_rows(const RowCodec& c, const float* q, std::int64_t nq, const std::byte* rows,
+                      std::int64_t nt, float* scores, std::int64_t ld);
+std::int64_t axpy_rows(const RowCodec& c, const float* p, std::int64_t nq, std::int64_t ld,
+                       const std::byte* rows, std::int64_t nt, float* acc);
 }  // namespace avx512
 namespace avx2 {
 std::int64_t dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
@@ -93,6 +107,10 @@ std::int64_t dot_row(KvFormat format, const float* q, const std::byte* row, std:
                      float zero_point, float* sum);
 std::int64_t axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n,
                       float zero_point, float* acc);
+std::int64_t dot_rows(const RowCodec& c, const float* q, std::int64_t nq, const std::byte* rows,
+                      std::int64_t nt, float* scores, std::int64_t ld);
+std::int64_t axpy_rows(const RowCodec& c, const float* p, std::int64_t nq, std::int64_t ld,
+                       const std::byte* rows, std::int64_t nt, float* acc);
 }  // namespace avx2
 
 }  // namespace kvq::quant::detail

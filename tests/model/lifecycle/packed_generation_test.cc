@@ -2,24 +2,20 @@
 // greedy tokens for "Hello my name is" through the packed FP8 KV cache as through the
 // fake-quant (hook) path with an fp32 cache.
 //
-// The two paths quantize with the same scales but fold them at different places (packed:
-// k_scale into the softmax scale, v_scale once per output), so hidden states differ by float
-// rounding (~1e-7 relative). That is enough, now and then, to move a key or value that sits
-// on an FP8 rounding midpoint to the neighbouring code (a 1/16 step of one element), which
-// moves the logits by a few 1e-2; each flip perturbs later keys and values, so flips compound
-// (measured: < 1e-3 max |diff| for the first 25 steps, then up to 0.26 by step 100).
-// Free-running greedy decoding therefore parts at the first near-tie (measured: after ~32
-// tokens). So the test decodes the packed path teacher-forced on the fake-quant tokens and
-// checks: the first kExactSteps steps agree to the engine's parity tolerance (no flip has
-// happened yet: a scale, zero-point or layout bug shows up here at once), every step stays
-// within kLogitTolerance, and the argmax agrees wherever the fake-quant top-2 margin exceeds
-// twice the logit difference measured at that step (below that it is numerically undecided).
+// Both paths quantize with the same scales to the same codes, and the attention kernels see
+// exactly the same dequantized values in both (prefill decodes K / V tiles to fp32, decode
+// dequantizes rows in registers: kvq/quant/formats.h dot_rows / axpy_rows), with the same
+// arithmetic after that. So the logits are BIT-IDENTICAL at every step and free-running greedy
+// decoding cannot part. (An earlier kernel folded k_scale into the softmax scale instead; the
+// rounding difference flipped FP8 codes sitting on rounding midpoints and the sequences parted
+// at a near-tie after ~32 tokens.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <set>
 
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/lifecycle/checkpoint.h"
@@ -35,26 +31,19 @@ std::int32_t argmax(const Tensor& logits) {
   return static_cast<std::int32_t>(std::max_element(p, p + logits.numel()) - p);
 }
 
-// Greedy decoding that records each step's logits; with `forced`, the next input is forced[i]
-// instead of the step's own argmax (teacher forcing).
+// Greedy decoding that records each step's logits.
 std::vector<std::int32_t> greedy(model::LlamaModel& m, model::KvCache& cache,
                                  const std::vector<std::int32_t>& prompt, int n,
-                                 std::vector<std::vector<float>>& logits,
-                                 const std::vector<std::int32_t>* forced = nullptr) {
+                                 std::vector<std::vector<float>>& logits) {
   std::vector<std::int32_t> out;
   Tensor step = m.forward(prompt, cache);
   for (int i = 0; i < n; ++i) {
     logits.emplace_back(step.f32(), step.f32() + step.numel());
     out.push_back(argmax(step));
-    std::int32_t next = forced ? (*forced)[static_cast<std::size_t>(i)] : out.back();
-    if (i + 1 < n) step = m.forward(std::span(&next, 1), cache);
+    if (i + 1 < n) step = m.forward(std::span(&out.back(), 1), cache);
   }
   return out;
 }
-
-constexpr int kExactSteps = 16;
-constexpr float kExactTolerance = 1e-3f;  // the engine's parity tolerance (docs/numerics.md)
-constexpr float kLogitTolerance = 0.5f;   // compounding FP8 code flips (see above)
 
 TEST(PackedGeneration, Fp8HeadCheckpointPackedEqualsFakeQuant) {
   KVQ_REQUIRE_DEFAULT_MODEL();
@@ -88,30 +77,25 @@ TEST(PackedGeneration, Fp8HeadCheckpointPackedEqualsFakeQuant) {
   const auto fake = greedy(*q.model, f32, prompt, kTokens, fake_logits);
   const auto t1 = std::chrono::steady_clock::now();
   model::KvCache packed = q.lifecycle->make_kv_cache(1, cap);
-  const auto got = greedy(*q.model, packed, prompt, kTokens, packed_logits, &fake);
+  const auto got = greedy(*q.model, packed, prompt, kTokens, packed_logits);
   const auto t2 = std::chrono::steady_clock::now();
   std::printf("fake-quant %.2f s, packed fp8 %.2f s for %d tokens; packed KV %lld B/token\n",
               std::chrono::duration<double>(t1 - t0).count(),
               std::chrono::duration<double>(t2 - t1).count(), kTokens,
               static_cast<long long>(packed.bytes_per_token()));
   std::printf("packed: %s\n", tokenizer.decode(got).c_str());
-  int decided = 0;
+  EXPECT_EQ(got, fake);
   for (int i = 0; i < kTokens; ++i) {
     const auto& a = fake_logits[static_cast<std::size_t>(i)];
     const auto& b = packed_logits[static_cast<std::size_t>(i)];
-    float max_diff = 0.0f;
-    for (std::size_t v = 0; v < a.size(); ++v) max_diff = std::max(max_diff, std::abs(a[v] - b[v]));
-    EXPECT_LE(max_diff, i < kExactSteps ? kExactTolerance : kLogitTolerance) << "step " << i;
-    std::vector<float> sorted = a;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    if (sorted[0] - sorted[1] > 2 * max_diff) {
-      ++decided;
-      EXPECT_EQ(got[static_cast<std::size_t>(i)], fake[static_cast<std::size_t>(i)])
-          << "step " << i;
-    }
+    ASSERT_EQ(a.size(), b.size());
+    std::size_t differing = 0;
+    for (std::size_t v = 0; v < a.size(); ++v) differing += a[v] != b[v];
+    EXPECT_EQ(differing, 0u) << "step " << i << ": logits differ";
   }
-  std::printf("argmax decided (margin > 2x logit diff) at %d of %d steps\n", decided, kTokens);
-  EXPECT_GE(decided, kTokens * 3 / 4);  // measured: 85 of 100, all with equal argmax
+  // Coherent: the continuation is mostly words, not one repeated token.
+  std::set<std::int32_t> distinct(got.begin(), got.end());
+  EXPECT_GE(distinct.size(), 20u);
   // 30 layers · 2 (k, v) · 3 kv heads · 64 values · 1 byte.
   EXPECT_EQ(packed.bytes_per_token(), 30 * 2 * 3 * 64);
 }

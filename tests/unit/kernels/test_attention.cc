@@ -1,15 +1,14 @@
 // Fast attention (tiled prefill over decoded tiles, split decode straight over packed rows with
-// dot_row / axpy_row) against the scalar reference (rows decoded with the scalar codec, then plain
-// attention), over every packed KV format (f32, bf16, f16, fp8, int8 and int4 with zero points,
-// nvfp4), GQA groupings, tile-boundary lengths and per-head scales.
+// dot_rows / axpy_rows) against the scalar reference (rows decoded with the scalar codec, then
+// plain attention), over every packed KV format (f32, bf16, f16, fp8, int8 and int4 with zero
+// points, nvfp4), GQA groupings, tile-boundary lengths and per-head scales.
 //
 // Tolerance: the output is a convex combination of V rows, so errors are measured relative to
 // max|V|. Both sides compute the same scores with a different summation order (error ~√D·2⁻²⁴
 // of Σ|q·k|) and the fast side rescales partial softmax sums online (a few ulps per tile); 2e-5 ·
 // max|V| leaves ~10× headroom over what we measure, while a wrong mask, group mapping or merge
 // moves outputs by O(max|V|). The same bound holds for every packed format: both sides read the
-// same codes, and the fast decode only moves the stream factors (k scale into the softmax scale,
-// v scale after the sum), a relative change of a few ulps.
+// same codes and decode them to the same fp32 values (the fast decode inside its dot products).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

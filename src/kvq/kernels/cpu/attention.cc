@@ -124,27 +124,27 @@ void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64
   }
 }
 
-// Decode: online-softmax attention of the nq query rows q [nq, d] (all at the last position, so
-// every row in [t_begin, t_end) is visible) straight over packed rows. Scores are
-// dot_row(q, code - zp) * qk_scale, where qk_scale folds the K stream factor into the softmax
-// scale; acc [nq, d] accumulates p * (code - zp) with axpy_row, WITHOUT the V stream factor (the
-// caller applies it once per output). s [nq, kKeyTile] is scratch; m, l [nq] as attend_range.
+// Decode: online-softmax attention of the nq query rows q [nq, d] of one KV group (all at the
+// last position, so every row in [t_begin, t_end) is visible) straight over the packed rows:
+// quant::dot_rows / axpy_rows decode each K / V row once for the whole group. They see the same
+// dequantized values as an fp32 cache and do the same arithmetic after that, so a packed cache
+// gives bit-identical results to a fake-quantized fp32 one. s [nq, kKeyTile] is scratch;
+// m, l [nq] and acc [nq, d] as attend_range.
 void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const KvRowsView& v,
-                   std::int64_t t_begin, std::int64_t t_end, float qk_scale, float* s, float* m,
+                   std::int64_t t_begin, std::int64_t t_end, float scale, float* s, float* m,
                    float* l, float* acc) {
   const std::int64_t d = k.head_dim;
+  const quant::RowCodec k_codec = k.codec(), v_codec = v.codec();
   for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
     const std::int64_t nt = std::min(kKeyTile, t_end - t0);
-    for (std::int64_t j = 0; j < nt; ++j) {
-      const std::byte* row = k.row(t0 + j);
-      for (std::int64_t i = 0; i < nq; ++i) {
-        s[i * kKeyTile + j] = quant::dot_row(k.format, q + i * d, row, d, k.zero_point) * qk_scale;
-      }
-    }
+    quant::dot_rows(k_codec, q, nq, k.row(t0), nt, s, kKeyTile);
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = s + i * kKeyTile;
       float mx = m[i];
-      for (std::int64_t j = 0; j < nt; ++j) mx = std::max(mx, si[j]);
+      for (std::int64_t j = 0; j < nt; ++j) {
+        si[j] *= scale;
+        mx = std::max(mx, si[j]);
+      }
       const float corr = m[i] == kNegInf ? 0.0f : std::exp(m[i] - mx);
       float sum = 0.0f;
       for (std::int64_t j = 0; j < nt; ++j) {
@@ -158,12 +158,7 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
       }
       m[i] = mx;
     }
-    for (std::int64_t j = 0; j < nt; ++j) {
-      const std::byte* row = v.row(t0 + j);
-      for (std::int64_t i = 0; i < nq; ++i) {
-        quant::axpy_row(v.format, s[i * kKeyTile + j], row, d, v.zero_point, acc + i * d);
-      }
-    }
+    quant::axpy_rows(v_codec, s, nq, kKeyTile, v.row(t0), nt, acc);
   }
 }
 
@@ -246,8 +241,8 @@ void attention_decode(const AttentionParams& p, const float* q, const KvRowsView
       const std::int64_t t_begin = sp * chunk;
       const std::int64_t t_end = std::min(total, t_begin + chunk);
       // The group's query heads are adjacent rows of q: [group, d], all at position `past`.
-      attend_packed(q + kvh * group * d, group, keys[kvh], values[kvh], t_begin, t_end,
-                    p.scale * keys[kvh].factor(), s.data(), m, l, acc);
+      attend_packed(q + kvh * group * d, group, keys[kvh], values[kvh], t_begin, t_end, p.scale,
+                    s.data(), m, l, acc);
     }
   }
   for (std::int64_t h = 0; h < p.heads; ++h) {
@@ -268,8 +263,7 @@ void attention_decode(const AttentionParams& p, const float* q, const KvRowsView
       const float* a = pacc.data() + (item * group + g) * d;
       for (std::int64_t c = 0; c < d; ++c) o[c] += a[c] * w;
     }
-    // The V stream factor is applied once per output, with the softmax normalisation.
-    const float inv = values[kvh].factor() / sum;
+    const float inv = 1.0f / sum;
     for (std::int64_t c = 0; c < d; ++c) o[c] *= inv;
   }
 }

@@ -1,0 +1,149 @@
+// The multi-query row kernels quant::dot_rows / axpy_rows (kvq/quant/formats.h), which decode
+// attention runs on the packed KV cache:
+//  - against the scalar reference (ref::dot_rows / axpy_rows) for every format, query counts
+//    across the kernels' register blocks (1..kMaxRowQueries and beyond) and row lengths with
+//    and without a scalar tail;
+//  - THE property the engine relies on: on packed rows they give results bit-identical to the
+//    same kernels on fp32 rows holding the dequantized values (a fake-quantized cache), for
+//    every format, with scales, zero points and nvfp4 global scales that are not powers of two.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kvq/quant/formats.h"
+
+namespace kvq::quant {
+namespace {
+
+constexpr KvFormat kAll[] = {KvFormat::kF32,  KvFormat::kBF16, KvFormat::kF16,  KvFormat::kFP8E4M3,
+                             KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4};
+constexpr std::int64_t kLengths[] = {7, 16, 40, 64, 128};
+constexpr std::int64_t kQueries[] = {1, 2, 3, 5, 8, 9, 17};
+constexpr std::int64_t kRows = 13;
+
+struct Rows {
+  RowCodec codec;
+  std::vector<std::byte> bytes;  // [kRows, kv_row_bytes]
+  std::vector<float> decoded;    // [kRows, n] = dequantize_row of each row
+};
+
+RowCodec codec_for(KvFormat format, std::int64_t n) {
+  RowCodec c{format, n};
+  const bool plain =
+      format == KvFormat::kF32 || format == KvFormat::kBF16 || format == KvFormat::kF16;
+  c.scale = plain ? 1.0f : (format == KvFormat::kFP8E4M3 ? 0.0131f : 0.0377f);
+  c.zero_point = format == KvFormat::kINT8 ? -3.0f : (format == KvFormat::kINT4 ? 1.0f : 0.0f);
+  c.global_scale = format == KvFormat::kNVFP4 ? 1234.567f : 1.0f;
+  return c;
+}
+
+Rows make_rows(std::mt19937& rng, KvFormat format, std::int64_t n) {
+  Rows r{codec_for(format, n), {}, {}};
+  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(format, n));
+  r.bytes.resize(static_cast<std::size_t>(kRows * row_bytes));
+  r.decoded.resize(static_cast<std::size_t>(kRows * n));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < kRows; ++j) {
+    for (float& v : x) v = dist(rng);
+    std::byte* row = r.bytes.data() + j * row_bytes;
+    quantize_row(format, x.data(), n, r.codec.scale, r.codec.zero_point, r.codec.global_scale, row);
+    dequantize_row(format, row, n, r.codec.scale, r.codec.zero_point, r.codec.global_scale,
+                   r.decoded.data() + j * n);
+  }
+  return r;
+}
+
+std::vector<float> random_vector(std::mt19937& rng, std::int64_t size) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(size));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+constexpr std::int64_t kLd = kRows + 3;  // a score stride wider than the row count
+
+TEST(RowKernels, MatchScalarReference) {
+  std::mt19937 rng(7);
+  for (KvFormat f : kAll) {
+    for (std::int64_t n : kLengths) {
+      const Rows r = make_rows(rng, f, n);
+      for (std::int64_t nq : kQueries) {
+        SCOPED_TRACE(testing::Message() << kv_format_name(f) << " n=" << n << " nq=" << nq);
+        const auto q = random_vector(rng, nq * n);
+        std::vector<float> s(static_cast<std::size_t>(nq * kLd)), s_ref(s.size());
+        dot_rows(r.codec, q.data(), nq, r.bytes.data(), kRows, s.data(), kLd);
+        ref::dot_rows(r.codec, q.data(), nq, r.bytes.data(), kRows, s_ref.data(), kLd);
+        for (std::int64_t i = 0; i < nq; ++i) {
+          for (std::int64_t j = 0; j < kRows; ++j) {
+            // Sums of n products of magnitude ~|q|·|x|: a few ulp of sum_c |q_c x_c|.
+            float mag = 0.0f;
+            for (std::int64_t c = 0; c < n; ++c)
+              mag += std::abs(q[static_cast<std::size_t>(i * n + c)] *
+                              r.decoded[static_cast<std::size_t>(j * n + c)]);
+            const auto at = static_cast<std::size_t>(i * kLd + j);
+            EXPECT_NEAR(s[at], s_ref[at], 1e-6f * mag + 1e-30f) << "i=" << i << " j=" << j;
+          }
+        }
+        const auto p = random_vector(rng, nq * kLd);
+        auto acc = random_vector(rng, nq * n);
+        auto acc_ref = acc;
+        axpy_rows(r.codec, p.data(), nq, kLd, r.bytes.data(), kRows, acc.data());
+        ref::axpy_rows(r.codec, p.data(), nq, kLd, r.bytes.data(), kRows, acc_ref.data());
+        // Same per-element fma sequence (j ascending) as the reference: bit-exact.
+        for (std::size_t e = 0; e < acc.size(); ++e) ASSERT_EQ(acc[e], acc_ref[e]) << e;
+      }
+    }
+  }
+}
+
+TEST(RowKernels, PackedRowsBitIdenticalToFakeQuantizedFp32Rows) {
+  std::mt19937 rng(11);
+  for (KvFormat f : kAll) {
+    for (std::int64_t n : kLengths) {
+      const Rows packed = make_rows(rng, f, n);
+      // The fake-quantized cache: fp32 rows holding the dequantized values, unit scale.
+      const RowCodec f32{KvFormat::kF32, n};
+      const auto* f32_rows = reinterpret_cast<const std::byte*>(packed.decoded.data());
+      for (std::int64_t nq : kQueries) {
+        SCOPED_TRACE(testing::Message() << kv_format_name(f) << " n=" << n << " nq=" << nq);
+        const auto q = random_vector(rng, nq * n);
+        std::vector<float> s(static_cast<std::size_t>(nq * kLd)), s_f32(s.size());
+        dot_rows(packed.codec, q.data(), nq, packed.bytes.data(), kRows, s.data(), kLd);
+        dot_rows(f32, q.data(), nq, f32_rows, kRows, s_f32.data(), kLd);
+        for (std::size_t e = 0; e < s.size(); e += 1) {
+          if (static_cast<std::int64_t>(e) % kLd >= kRows) continue;  // untouched stride gap
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(s[e]), std::bit_cast<std::uint32_t>(s_f32[e]))
+              << e;
+        }
+        const auto p = random_vector(rng, nq * kLd);
+        auto acc = random_vector(rng, nq * n);
+        auto acc_f32 = acc;
+        axpy_rows(packed.codec, p.data(), nq, kLd, packed.bytes.data(), kRows, acc.data());
+        axpy_rows(f32, p.data(), nq, kLd, f32_rows, kRows, acc_f32.data());
+        for (std::size_t e = 0; e < acc.size(); ++e)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(acc[e]), std::bit_cast<std::uint32_t>(acc_f32[e]))
+              << e;
+      }
+    }
+  }
+}
+
+TEST(RowKernels, NoRowsAndNoQueriesAreNoOps) {
+  const RowCodec c{KvFormat::kINT8, 64, 0.5f};
+  std::vector<std::byte> row(64);
+  std::vector<float> q(64, 1.0f), s(4, 42.0f), acc(64, 3.0f);
+  dot_rows(c, q.data(), 1, row.data(), 0, s.data(), 4);
+  EXPECT_EQ(s[0], 42.0f);
+  axpy_rows(c, s.data(), 1, 4, row.data(), 0, acc.data());
+  EXPECT_EQ(acc[0], 3.0f);
+  dot_rows(c, q.data(), 0, row.data(), 1, s.data(), 4);
+  EXPECT_EQ(s[0], 42.0f);
+}
+
+}  // namespace
+}  // namespace kvq::quant
