@@ -8,8 +8,9 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
-#include "kvq/eval/model_source.h"
+#include "kvq/eval/kv_cache_option.h"
 #include "kvq/eval/throughput.h"
+#include "kvq/lifecycle/checkpoint.h"
 #include "kvq/model/llama_model.h"
 
 namespace kvq::cli {
@@ -18,19 +19,23 @@ namespace {
 struct BenchArgs {
   std::string model_dir;
   eval::BenchOptions options;
-  std::vector<std::string> kv_caches = {"f32"};
+  std::vector<std::string> kv_caches = {"auto"};
   bool no_machine = false, json = false;
 };
 
 void run_bench_cmd(BenchArgs& a) {
-  a.options.kv_storages.clear();
-  for (const std::string& s : a.kv_caches) {
-    a.options.kv_storages.push_back(eval::parse_kv_cache_spec(s).storage);
-  }
+  std::vector<eval::KvCacheOption> kv_options;
+  for (const std::string& s : a.kv_caches) kv_options.push_back(eval::parse_kv_cache_option(s));
   a.options.machine = !a.no_machine;
-  const auto llm = model::LlamaModel::load(a.model_dir);  // the tokenizer is not needed
+  // The tokenizer is not needed; a quantized checkpoint's quantization is.
+  lifecycle::QuantizedModel q = lifecycle::QuantizedModel::load(a.model_dir);
+  a.options.kv_caches.clear();
+  for (const eval::KvCacheOption& o : kv_options) {
+    a.options.kv_caches.push_back(eval::resolve_kv_cache(o, q.lifecycle.get(), a.model_dir));
+  }
   log::info("benchmarking {} ({} repeats)", a.model_dir, a.options.repeats);
-  const eval::BenchReport report = eval::run_bench(*llm, a.options, a.model_dir);
+  const eval::BenchReport report =
+      eval::run_bench(*q.model, a.options, a.model_dir, q.lifecycle.get());
   if (a.json) {
     std::printf("%s\n", eval::bench_json(report).dump(2).c_str());
   } else {
@@ -46,7 +51,13 @@ void register_bench(CLI::App& app) {
       "bench",
       "Prefill and decode tokens/s, with the machine's DRAM read GB/s and sgemm GFLOP/s\n"
       "measured in the same run. Decode fills the KV cache to each context with synthetic\n"
-      "keys/values, then times single-token steps; GB/s = (weights + KV of the context) x tok/s.");
+      "keys/values, then times single-token steps; GB/s = (weights + KV of the context) x tok/s.\n"
+      "Low-bit formats on a plain model use dynamic scales (fixed by the synthetic fill for\n"
+      "decode, by the prompt for prefill); a quantized checkpoint runs its packed cache.\n"
+      "Examples:\n"
+      "  kvq bench --model M --kv-cache f32,bf16,fp8,int8,int4,nvfp4 --contexts 512,8192\n"
+      "  kvq bench --model M --kv-cache fp8:tensor,fp8:head --threads 1 --no-machine\n"
+      "  kvq bench --model M-kv-fp8-head --kv-cache auto,fake");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--prefill", a->options.prefill_tokens, "Prompt length for the prefill timing")
       ->capture_default_str();
@@ -60,7 +71,7 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--decode-steps", a->options.decode_steps, "Decode steps timed per repeat")
       ->capture_default_str();
-  cmd->add_option("--kv-cache", a->kv_caches, "KV cache formats, comma-separated (f32, bf16, f16)")
+  cmd->add_option("--kv-cache", a->kv_caches, eval::kv_cache_flag_help(true))
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--no-machine", a->no_machine, "Skip the DRAM bandwidth and sgemm measurements");

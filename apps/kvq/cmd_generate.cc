@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/eval/kv_cache_option.h"
 #include "kvq/eval/model_source.h"
 #include "kvq/eval/utf8_stream.h"
 #include "kvq/model/sampler.h"
@@ -20,7 +21,7 @@ namespace kvq::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir, prompt, system, kv_cache = "f32";
+  std::string model_dir, prompt, system, kv_cache = "auto";
   bool chat = false, json = false, truncate = false;
   std::int64_t max_new_tokens = 128, ctx = 0, top_k = 0;
   double temperature = 0.0, top_p = 1.0;
@@ -59,10 +60,15 @@ model::SamplerConfig checked_sampler_config(const GenerateArgs& a) {
 
 void run_generate(const GenerateArgs& a) {
   model::Sampler sampler(checked_sampler_config(a));
-  const eval::KvCacheSpec kv = eval::parse_kv_cache_spec(a.kv_cache);
-  eval::ModelSource src = eval::open_model_source(a.model_dir);
+  const eval::KvCacheOption kv_option = eval::parse_kv_cache_option(a.kv_cache);
+  eval::ModelSource src = eval::open_model_source(a.model_dir, /*with_quantization=*/true);
   const tok::Tokenizer& tokenizer = *src.tokenizer;
   model::LlamaModel& llm = *src.model;
+  const eval::KvCacheChoice kv =
+      eval::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
+  if (const std::string note = eval::dynamic_scales_note(kv, "the prompt"); !note.empty()) {
+    std::fprintf(stderr, "%s\n", note.c_str());
+  }
 
   std::string text = a.prompt;
   if (a.chat) {
@@ -96,7 +102,8 @@ void run_generate(const GenerateArgs& a) {
   }
   const std::vector<std::int64_t> stop = a.chat ? src.chat_stop_ids() : src.eos_ids();
 
-  model::KvCache cache = llm.make_cache(1, prompt_len + budget, kv.storage);
+  eval::apply_kv_cache_choice(kv, src.lifecycle.get());
+  model::KvCache cache = llm.make_cache(1, prompt_len + budget, kv.spec);
   const auto vocab = static_cast<std::size_t>(llm.config().vocab_size);
   const auto t_prefill = Clock::now();
   Tensor logits = llm.forward(ids, cache, model::LogitsMode::kLast);  // [1, vocab]
@@ -144,7 +151,7 @@ void run_generate(const GenerateArgs& a) {
     j["prefill_tok_s"] = prefill_tps;
     j["decode_seconds"] = decode_s;
     j["decode_tok_s"] = decode_tps;
-    j["kv_cache"] = kv.name();
+    j.update(kv.to_json());
     j["kv_bytes_per_token"] = kv_bytes;
     write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
@@ -152,14 +159,21 @@ void run_generate(const GenerateArgs& a) {
                "[kvq generate] prompt %lld tokens, %zu new tokens (stop: %s); prefill %.1f tok/s, "
                "decode %.1f tok/s; KV cache %s: %lld bytes/token\n",
                static_cast<long long>(prompt_len), generated.size(), stop_reason.c_str(),
-               prefill_tps, decode_tps, kv.name().c_str(), static_cast<long long>(kv_bytes));
+               prefill_tps, decode_tps, kv.describe().c_str(), static_cast<long long>(kv_bytes));
 }
 
 }  // namespace
 
 void register_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  auto* cmd = app.add_subcommand("generate", "Generate text with the native engine");
+  auto* cmd = app.add_subcommand(
+      "generate",
+      "Generate text with the native engine. A quantized checkpoint (kvq oneshot --output)\n"
+      "runs with its packed low-bit KV cache and calibrated scales. Examples:\n"
+      "  kvq generate --model M --prompt \"Hello my name is\"                  # fp32 KV cache\n"
+      "  kvq generate --model M --prompt \"Hello my name is\" --kv-cache int8  # dynamic scales\n"
+      "  kvq generate --model M-kv-fp8-head --prompt \"Hello my name is\"      # packed fp8\n"
+      "  kvq generate --model M-kv-fp8-head --prompt \"Hello my name is\" --kv-cache fake");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--prompt", a->prompt, "Prompt text")->required();
   cmd->add_flag("--chat", a->chat,
@@ -180,8 +194,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--truncate", a->truncate,
                 "Keep the last tokens of a prompt that does not fit the context instead of "
                 "failing");
-  cmd->add_option("--kv-cache", a->kv_cache,
-                  "KV cache format FORMAT[:tensor|head] (f32, bf16, f16)")
+  cmd->add_option("--kv-cache", a->kv_cache, eval::kv_cache_flag_help(false))
       ->capture_default_str();
   cmd->add_flag("--json", a->json,
                 "Print one JSON object (ids, text, timings) instead of streaming the text");

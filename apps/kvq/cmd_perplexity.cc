@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/eval/kv_cache_option.h"
 #include "kvq/eval/model_source.h"
 #include "kvq/eval/perplexity.h"
 
@@ -17,7 +18,7 @@ namespace kvq::cli {
 namespace {
 
 struct PerplexityArgs {
-  std::string model_dir, text_file, kv_cache = "f32";
+  std::string model_dir, text_file, kv_cache = "auto";
   std::int64_t ctx = 2048, stride = 0, max_windows = 0, batch = 1;
   bool json = false;
 };
@@ -28,12 +29,20 @@ void run_perplexity(const PerplexityArgs& a) {
   opt.stride = a.stride == 0 ? a.ctx : a.stride;
   opt.max_windows = a.max_windows;
   opt.batch = a.batch;
-  opt.kv_storage = eval::parse_kv_cache_spec(a.kv_cache).storage;
+  const eval::KvCacheOption kv_option = eval::parse_kv_cache_option(a.kv_cache);
   eval::plan_windows(2, opt.ctx, opt.stride, opt.max_windows);  // flag checks before loading
   if (opt.batch < 1) fail<InvalidArgument>("--batch must be >= 1, got {}", opt.batch);
 
   const std::string text = eval::read_file_bytes(a.text_file);
-  eval::ModelSource src = eval::open_model_source(a.model_dir);
+  eval::ModelSource src = eval::open_model_source(a.model_dir, /*with_quantization=*/true);
+  const eval::KvCacheChoice kv =
+      eval::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
+  eval::apply_kv_cache_choice(kv, src.lifecycle.get());
+  opt.kv_cache = kv.spec;
+  const std::int64_t kv_bytes = eval::kv_bytes_per_token(*src.model, kv);
+  const std::string note = eval::dynamic_scales_note(
+      kv, opt.batch > 1 ? "each batch of windows" : "each window's tokens");
+  if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   if (opt.ctx > src.model->config().max_position_embeddings) {
     log::warn("--ctx {} exceeds the model's max_position_embeddings {}", opt.ctx,
               src.model->config().max_position_embeddings);
@@ -52,7 +61,8 @@ void run_perplexity(const PerplexityArgs& a) {
     j["text_tokens"] = ids.size();
     j["ctx"] = opt.ctx;
     j["stride"] = opt.stride;
-    j["kv_cache"] = a.kv_cache;
+    j.update(kv.to_json());
+    j["kv_bytes_per_token"] = kv_bytes;
     j["ppl"] = r.ppl;
     j["nll"] = r.nll_mean;
     j["nll_sum"] = r.nll_sum;
@@ -66,9 +76,10 @@ void run_perplexity(const PerplexityArgs& a) {
   } else {
     std::printf("%s\n",
                 fmt::format("PPL {:.4f}  (mean NLL {:.6f} nats over {} scored tokens; {} windows "
-                            "of ctx {}, stride {}; {:.1f} s, {:.0f} tok/s)",
+                            "of ctx {}, stride {}; {:.1f} s, {:.0f} tok/s; KV cache {}: {} "
+                            "bytes/token)",
                             r.ppl, r.nll_mean, r.tokens_scored, r.windows, opt.ctx, opt.stride,
-                            r.seconds, r.tokens_per_second)
+                            r.seconds, r.tokens_per_second, kv.describe(), kv_bytes)
                     .c_str());
   }
 }
@@ -84,7 +95,13 @@ void register_perplexity(CLI::App& app) {
       "cache. stride == ctx (default): disjoint windows, each scoring its ctx-1 predicted tokens.\n"
       "stride < ctx (Hugging Face strided): the first window scores ctx-1 tokens, every later\n"
       "window only its last `stride` targets. The last window is the first reaching the end of\n"
-      "the text. PPL = exp(sum NLL / scored tokens), log-softmax in float64.");
+      "the text. PPL = exp(sum NLL / scored tokens), log-softmax in float64.\n"
+      "A quantized checkpoint runs with its packed KV cache; on a plain model a low-bit\n"
+      "--kv-cache fixes dynamic scales from each window (from the batch with --batch > 1).\n"
+      "Examples:\n"
+      "  kvq perplexity --model M --text wiki.test.raw --max-windows 8\n"
+      "  kvq perplexity --model M --text wiki.test.raw --max-windows 8 --kv-cache int4:head\n"
+      "  kvq perplexity --model M-kv-fp8-head --text wiki.test.raw --kv-cache fake");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--text", a->text_file, "UTF-8 text file (e.g. wikitext-2-raw wiki.test.raw)")
       ->required();
@@ -95,7 +112,7 @@ void register_perplexity(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--batch", a->batch, "Windows of equal length evaluated per forward")
       ->capture_default_str();
-  cmd->add_option("--kv-cache", a->kv_cache, "KV cache format (f32, bf16, f16)")
+  cmd->add_option("--kv-cache", a->kv_cache, eval::kv_cache_flag_help(false))
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the result as JSON");
   cmd->callback([a] { run_perplexity(*a); });

@@ -108,43 +108,6 @@ std::vector<double> window_sums(std::span<const double> values,
   return out;
 }
 
-// The packed KV cache spec of a calibrated lifecycle: per layer, k/v scales (one per tensor or
-// per kv head) and zero points; nvfp4 uses dynamic global scales.
-model::KvCacheSpec packed_spec(const lifecycle::QuantizationLifecycle& lc, quant::KvFormat format,
-                               std::int64_t layers) {
-  model::KvCacheSpec spec;
-  spec.format = format;
-  if (format == quant::KvFormat::kNVFP4 || format == quant::KvFormat::kF32) return spec;
-  if (static_cast<std::int64_t>(lc.states().size()) != layers)
-    fail<NotSupported>("packed KV cache: {} quantized attention modules for {} layers",
-                       lc.states().size(), layers);
-  for (const auto& s : lc.states()) {
-    model::KvLayerScales l;
-    if (!s->k || !s->v) fail<NotSupported>("{}: no k/v quantization for a packed cache", s->name);
-    l.k_scale = s->k->scale;
-    l.v_scale = s->v->scale;
-    if (s->k->zero_point) l.k_zero_point = *s->k->zero_point;
-    if (s->v->zero_point) l.v_zero_point = *s->v->zero_point;
-    spec.layers.push_back(std::move(l));
-  }
-  return spec;
-}
-
-// The packed format of a quantized checkpoint's k/v args (f32 when k/v are not quantized).
-quant::KvFormat checkpoint_kv_format(const lifecycle::QuantizationLifecycle& lc) {
-  for (const auto& s : lc.states()) {
-    if (!s->k) continue;
-    const auto& a = s->args();
-    if (a.type == quant::QuantizationType::kFloat && a.num_bits == 8)
-      return quant::KvFormat::kFP8E4M3;
-    if (a.type == quant::QuantizationType::kInt && a.num_bits == 8) return quant::KvFormat::kINT8;
-    if (a.type == quant::QuantizationType::kInt && a.num_bits == 4) return quant::KvFormat::kINT4;
-    fail<NotSupported>("{}: no packed KV format for {}-bit {} k/v", s->name, a.num_bits,
-                       quant::to_string(a.type));
-  }
-  return quant::KvFormat::kF32;
-}
-
 }  // namespace
 
 const std::vector<SchemeDef>& builtin_schemes() {
@@ -416,7 +379,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   quant::KvFormat kv_format = def.kv_format;
   if (def.from_checkpoint) {
     lc = lifecycle::load_quantized(m, o.model_dir);
-    kv_format = checkpoint_kv_format(*lc);
+    kv_format = lc->kv_format();
     r.kv_format = std::string(quant::kv_format_name(kv_format));
     r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(kv_format);
     r.kv_bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads *
@@ -491,15 +454,18 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
       r.gsm8k_correct.push_back(rec.score.flexible_correct ? 1 : 0);
   }
   if (o.decode_steps > 0 && !impl_->tokens.empty()) {
+    // The calibrated scheme's packed cache quantizes k/v itself: its k/v fake-quant hooks go
+    // off for the timing, as in `kvq generate` on a checkpoint (q fake quantization stays).
     model::KvCacheSpec spec;
     try {
-      spec = calibrated ? packed_spec(*lc, kv_format, cfg.num_hidden_layers)
-                        : model::KvCacheSpec{def.kv_format, {}};
+      spec = calibrated ? lc->kv_cache_spec() : model::KvCacheSpec{def.kv_format, {}};
     } catch (const Error& e) {
       log::warn("{}: decode measured with an f32 cache: {}", def.name, e.what());
     }
+    if (lc && spec.format != quant::KvFormat::kF32) lc->set_kv_fake_quantization(false);
     r.decode_context = o.decode_context;
     r.decode_tok_s = measure_decode(m, spec, impl_->tokens, o.decode_context, o.decode_steps);
+    if (lc) lc->set_kv_fake_quantization(true);
   }
   r.eval_seconds = seconds_since(t0);
   if (!is_base) compare_to_baseline(r, baseline(), kld_windows);

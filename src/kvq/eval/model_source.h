@@ -1,5 +1,6 @@
-// Opening a Hugging Face model directory for evaluation and generation: the Llama model, its
-// tokenizer, generation_config.json and the set of token ids that end a generation.
+// Opening a Hugging Face model directory for evaluation and generation: the Llama model (and a
+// quantized checkpoint's quantization), its tokenizer, generation_config.json and the set of
+// token ids that end a generation. The `--kv-cache` flag is in kv_cache_option.h.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "kvq/io/model_config.h"
-#include "kvq/model/kv_cache.h"
+#include "kvq/lifecycle/apply.h"
 #include "kvq/model/llama_model.h"
 #include "kvq/tokenizer/tokenizer.h"
 
@@ -20,6 +21,9 @@ namespace kvq::eval {
 struct ModelSource {
   std::filesystem::path dir;
   std::unique_ptr<model::LlamaModel> model;
+  // The checkpoint's quantization (hooks on `model`) when opened with_quantization and the
+  // directory is a quantized checkpoint; null otherwise. Declared after `model`: destroyed first.
+  std::unique_ptr<lifecycle::QuantizationLifecycle> lifecycle;
   std::optional<tok::Tokenizer> tokenizer;  // always set by open_model_source()
   std::optional<io::GenerationConfig> generation;
 
@@ -32,20 +36,11 @@ struct ModelSource {
 };
 
 // Loads model_dir (config.json, safetensors, tokenizer.json, optional generation_config.json).
-// Errors name the directory (see LlamaModel::load and Tokenizer::from_dir).
-ModelSource open_model_source(const std::filesystem::path& model_dir);
-
-// The KV cache format flag `FORMAT[:tensor|head]` shared by generate / bench / perplexity.
-// Today's formats (kernels::KvStorage) are unscaled: f32, bf16, f16. The `:tensor` / `:head`
-// scale granularity is parsed here for the packed formats that come later and is rejected
-// (NotSupported) for the unscaled ones.
-struct KvCacheSpec {
-  model::KvStorage storage = model::KvStorage::kF32;
-  std::string granularity;  // "", "tensor" or "head"
-  std::string name() const;
-};
-// InvalidArgument naming the flag value and the supported formats.
-KvCacheSpec parse_kv_cache_spec(std::string_view text);
+// with_quantization: also restores a quantized checkpoint's quantization_config and scales
+// (lifecycle::QuantizedModel::load). Errors name the directory (see LlamaModel::load,
+// lifecycle::load_quantized and Tokenizer::from_dir).
+ModelSource open_model_source(const std::filesystem::path& model_dir,
+                              bool with_quantization = false);
 
 // The whole file as bytes (no newline conversion). IoError naming the path.
 std::string read_file_bytes(const std::filesystem::path& path);

@@ -79,7 +79,7 @@ PerplexityResult perplexity(model::LlamaModel& model, std::span<const std::int32
     }
     const std::int64_t batch = static_cast<std::int64_t>(j - i);
     if (!cache || cache->batch() != batch || cache->capacity() < len) {
-      cache.emplace(model.make_cache(batch, std::max(len, options.ctx), options.kv_storage));
+      cache.emplace(model.make_cache(batch, std::max(len, options.ctx), options.kv_cache));
     } else {
       cache->reset();
     }

@@ -45,7 +45,9 @@ struct PerplexityOptions {
   std::int64_t max_windows = 0;     // 0: all
   std::int64_t batch = 1;           // windows of equal length evaluated together
   std::int64_t logits_chunk = 256;  // logits rows computed at once ([chunk, vocab] fp32)
-  model::KvStorage kv_storage = model::KvStorage::kF32;
+  // The cache of every window (a fresh one per window: dynamic scales are fixed by each
+  // window's tokens, shared by the windows of one batch).
+  model::KvCacheSpec kv_cache;
   bool progress = true;  // progress bar on stderr (only drawn on a terminal)
 };
 

@@ -33,7 +33,8 @@ std::vector<std::int32_t> synthetic_tokens(std::int64_t n, std::int64_t vocab, s
   return ids;
 }
 
-// Fills every layer of `cache` (batch 1, empty) with `context` tokens of random K/V.
+// Fills every layer of `cache` (batch 1, empty) with `context` tokens of random K/V. As the
+// cache's first write it fixes dynamic scales (from amax ~1, see throughput.h).
 void fill_cache_synthetic(model::KvCache& cache, std::int64_t context) {
   const std::int64_t per_layer = cache.kv_heads() * context * cache.head_dim();
   std::vector<float> states(static_cast<std::size_t>(per_layer));  // [1, kv_heads, context, d]
@@ -119,9 +120,9 @@ TimeStats time_stats(std::vector<double> seconds) {
   return s;
 }
 
-BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
-                      std::string model_name) {
-  if (options.contexts.empty() || options.threads.empty() || options.kv_storages.empty()) {
+BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std::string model_name,
+                      lifecycle::QuantizationLifecycle* lifecycle) {
+  if (options.contexts.empty() || options.threads.empty() || options.kv_caches.empty()) {
     fail<InvalidArgument>("bench: --contexts, --threads and --kv-cache need at least one value");
   }
   if (options.prefill_tokens < 1) fail<InvalidArgument>("bench: --prefill must be >= 1");
@@ -137,8 +138,9 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
   BenchReport rep;
   rep.model = std::move(model_name);
   rep.cost = model_cost(model);
-  for (model::KvStorage kv : options.kv_storages) {
-    rep.kv_bytes_per_token.emplace_back(kv, model.make_cache(1, 1, kv).bytes_per_token());
+  for (const KvCacheChoice& kv : options.kv_caches) {
+    rep.kv_bytes_per_token.emplace_back(kv.label, kv_bytes_per_token(model, kv));
+    rep.kv_caches.push_back(kv);
   }
   const int saved_threads = num_threads();
   const std::vector<std::int32_t> prompt = synthetic_tokens(options.prefill_tokens, vocab, 1);
@@ -154,9 +156,10 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
       log::info("bench: {} threads: DRAM read {:.1f} GB/s, sgemm {:.1f} GFLOP/s", threads,
                 mrow.dram_read_gbs, mrow.sgemm_gflops);
     }
-    for (model::KvStorage kv : options.kv_storages) {
+    for (const KvCacheChoice& kv : options.kv_caches) {
+      apply_kv_cache_choice(kv, lifecycle);
       // Prefill: one warm-up, then `repeats` timed runs from an empty cache.
-      model::KvCache cache = model.make_cache(1, options.prefill_tokens, kv);
+      model::KvCache cache = model.make_cache(1, options.prefill_tokens, kv.spec);
       std::vector<double> times;
       for (int r = -1; r < options.repeats; ++r) {
         cache.reset();
@@ -166,7 +169,7 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
       }
       PrefillRow p;
       p.threads = threads;
-      p.kv = kv;
+      p.kv = kv.label;
       p.tokens = options.prefill_tokens;
       p.seconds = time_stats(times);
       p.tok_s_best = p.tokens / p.seconds.min;
@@ -174,11 +177,11 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
       p.gflops_best = prefill_gflop(rep.cost, p.tokens) / p.seconds.min;
       if (mrow.sgemm_gflops > 0) p.sgemm_fraction = p.gflops_best / mrow.sgemm_gflops;
       rep.prefill.push_back(p);
-      log::info("bench: {} threads, {} KV: prefill {:.1f} tok/s (best)", threads,
-                kernels::kv_storage_name(kv), p.tok_s_best);
+      log::info("bench: {} threads, {} KV: prefill {:.1f} tok/s (best)", threads, kv.label,
+                p.tok_s_best);
 
       for (std::int64_t context : options.contexts) {
-        model::KvCache dcache = model.make_cache(1, context + options.decode_steps, kv);
+        model::KvCache dcache = model.make_cache(1, context + options.decode_steps, kv.spec);
         fill_cache_synthetic(dcache, context);
         std::vector<double> per_token;
         for (int r = -1; r < options.repeats; ++r) {
@@ -192,7 +195,7 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
         }
         DecodeRow d;
         d.threads = threads;
-        d.kv = kv;
+        d.kv = kv.label;
         d.context = context;
         d.steps = options.decode_steps;
         d.seconds_per_token = time_stats(per_token);
@@ -203,7 +206,7 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
         if (mrow.dram_read_gbs > 0) d.dram_fraction = d.gbs_best / mrow.dram_read_gbs;
         rep.decode.push_back(d);
         log::info("bench: {} threads, {} KV, context {}: decode {:.1f} tok/s (best)", threads,
-                  kernels::kv_storage_name(kv), context, d.tok_s_best);
+                  kv.label, context, d.tok_s_best);
       }
     }
   }
@@ -219,9 +222,17 @@ std::string bench_markdown(const BenchReport& r) {
       r.model, r.cost.linear_params / 1e6, r.cost.lm_head_params / 1e6, r.cost.weight_bytes / 1e6);
   s += "KV cache bytes per token:";
   for (const auto& [kv, bytes] : r.kv_bytes_per_token) {
-    s += fmt::format(" {} {} B;", kernels::kv_storage_name(kv), bytes);
+    s += fmt::format(" {} {} B;", kv, bytes);
   }
-  s += "\n\n";
+  s += "\n";
+  for (const KvCacheChoice& kv : r.kv_caches) {
+    if (kv.scales == KvScales::kNone) continue;
+    s += fmt::format("- {}{}\n", kv.describe(),
+                     kv.scales == KvScales::kDynamic
+                         ? ": decode fixes them from the synthetic fill, prefill from the prompt"
+                         : "");
+  }
+  s += "\n";
   if (!r.machine.empty()) {
     s += "| threads | DRAM read GB/s | sgemm 1024³ GFLOP/s |\n|---:|---:|---:|\n";
     for (const MachineRow& m : r.machine) {
@@ -233,9 +244,8 @@ std::string bench_markdown(const BenchReport& r) {
        "GFLOP/s best | of sgemm peak |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const PrefillRow& p : r.prefill) {
     s += fmt::format("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% |\n",
-                     p.threads, kernels::kv_storage_name(p.kv), p.tokens, p.seconds.min * 1e3,
-                     p.seconds.median * 1e3, p.tok_s_best, p.tok_s_median, p.gflops_best,
-                     p.sgemm_fraction * 100);
+                     p.threads, p.kv, p.tokens, p.seconds.min * 1e3, p.seconds.median * 1e3,
+                     p.tok_s_best, p.tok_s_median, p.gflops_best, p.sgemm_fraction * 100);
   }
   s += "\n| threads | kv | context | ms/token min | ms/token median | tok/s best | tok/s median "
        "| MB read/token | GB/s best | of DRAM read |\n"
@@ -243,9 +253,8 @@ std::string bench_markdown(const BenchReport& r) {
   for (const DecodeRow& d : r.decode) {
     s += fmt::format(
         "| {} | {} | {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% |\n",
-        d.threads, kernels::kv_storage_name(d.kv), d.context, d.seconds_per_token.min * 1e3,
-        d.seconds_per_token.median * 1e3, d.tok_s_best, d.tok_s_median, d.bytes_per_token / 1e6,
-        d.gbs_best, d.dram_fraction * 100);
+        d.threads, d.kv, d.context, d.seconds_per_token.min * 1e3, d.seconds_per_token.median * 1e3,
+        d.tok_s_best, d.tok_s_median, d.bytes_per_token / 1e6, d.gbs_best, d.dram_fraction * 100);
   }
   return s;
 }
@@ -257,7 +266,13 @@ nlohmann::json bench_json(const BenchReport& r) {
   j["lm_head_params"] = r.cost.lm_head_params;
   j["weight_bytes"] = r.cost.weight_bytes;
   for (const auto& [kv, bytes] : r.kv_bytes_per_token) {
-    j["kv_bytes_per_token"][std::string(kernels::kv_storage_name(kv))] = bytes;
+    j["kv_bytes_per_token"][kv] = bytes;
+  }
+  j["kv_caches"] = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.kv_caches.size(); ++i) {
+    nlohmann::json k = r.kv_caches[i].to_json();
+    k["kv_bytes_per_token"] = r.kv_bytes_per_token.at(i).second;
+    j["kv_caches"].push_back(k);
   }
   j["machine"] = nlohmann::json::array();
   for (const MachineRow& m : r.machine) {
@@ -268,7 +283,7 @@ nlohmann::json bench_json(const BenchReport& r) {
   j["prefill"] = nlohmann::json::array();
   for (const PrefillRow& p : r.prefill) {
     j["prefill"].push_back({{"threads", p.threads},
-                            {"kv", kernels::kv_storage_name(p.kv)},
+                            {"kv", p.kv},
                             {"tokens", p.tokens},
                             {"seconds_min", p.seconds.min},
                             {"seconds_median", p.seconds.median},
@@ -280,7 +295,7 @@ nlohmann::json bench_json(const BenchReport& r) {
   j["decode"] = nlohmann::json::array();
   for (const DecodeRow& d : r.decode) {
     j["decode"].push_back({{"threads", d.threads},
-                           {"kv", kernels::kv_storage_name(d.kv)},
+                           {"kv", d.kv},
                            {"context", d.context},
                            {"steps", d.steps},
                            {"seconds_per_token_min", d.seconds_per_token.min},

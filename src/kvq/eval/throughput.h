@@ -5,11 +5,16 @@
 //            the last position only). GFLOP/s counts the weight matmuls only:
 //            2 · tokens · (decoder linear parameters) + 2 · hidden · vocab (one lm_head row);
 //            attention score/value products are not counted.
-//   decode:  the cache is filled to `context` tokens with synthetic keys/values (written straight
-//            into the KV cache: decode time does not depend on their values, and a real prefill
-//            of 8192 tokens would dominate the run), then `decode_steps` single-token forwards
-//            are timed. GB/s = (fp32 weight bytes of every linear + lm_head + KV bytes of
-//            `context` tokens) · tokens/s: the bytes one decode step must read at least.
+//   decode:  the cache is filled to `context` tokens with synthetic keys/values (uniform in
+//            [-1, 1], written straight into the KV cache: decode time does not depend on their
+//            values, and a real prefill of 8192 tokens would dominate the run), then
+//            `decode_steps` single-token forwards are timed. Dynamic KV scales (a low-bit
+//            format on a plain model) are fixed by that fill, from its amax (~1): finite,
+//            > 0, the same for every format; the timed tokens' own k/v then saturate at the
+//            fill's range, which does not change the work per token. Prefill fixes them from
+//            the prompt, as `kvq generate` does. GB/s = (fp32 weight bytes of every linear +
+//            lm_head + KV bytes of `context` tokens) · tokens/s: the bytes one decode step must
+//            read at least.
 // Every figure is taken `repeats` times; min and median are reported (times, so the best
 // throughput is the one of the min time).
 #pragma once
@@ -21,10 +26,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvq/eval/kv_cache_option.h"
 #include "kvq/model/kv_cache.h"
 
 namespace kvq::model {
 class LlamaModel;
+}
+namespace kvq::lifecycle {
+class QuantizationLifecycle;
 }
 
 namespace kvq::eval {
@@ -51,7 +60,7 @@ struct BenchOptions {
   std::int64_t prefill_tokens = 512;
   std::vector<std::int64_t> contexts = {128, 2048, 8192};
   std::vector<int> threads = {1, 2};
-  std::vector<model::KvStorage> kv_storages = {model::KvStorage::kF32};
+  std::vector<KvCacheChoice> kv_caches = {KvCacheChoice{}};  // default: f32
   int repeats = 5;
   std::int64_t decode_steps = 16;  // timed single-token forwards per repeat
   bool machine = true;             // measure DRAM bandwidth and sgemm peak
@@ -63,7 +72,7 @@ struct MachineRow {
 };
 struct PrefillRow {
   int threads = 0;
-  model::KvStorage kv = model::KvStorage::kF32;
+  std::string kv = "f32";  // KvCacheChoice::label
   std::int64_t tokens = 0;
   TimeStats seconds;
   double tok_s_best = 0.0, tok_s_median = 0.0;
@@ -72,7 +81,7 @@ struct PrefillRow {
 };
 struct DecodeRow {
   int threads = 0;
-  model::KvStorage kv = model::KvStorage::kF32;
+  std::string kv = "f32";  // KvCacheChoice::label
   std::int64_t context = 0, steps = 0;
   TimeStats seconds_per_token;
   double tok_s_best = 0.0, tok_s_median = 0.0;
@@ -84,16 +93,18 @@ struct DecodeRow {
 struct BenchReport {
   std::string model;
   ModelCost cost;
-  std::vector<std::pair<model::KvStorage, std::int64_t>> kv_bytes_per_token;
+  std::vector<std::pair<std::string, std::int64_t>> kv_bytes_per_token;  // (label, bytes)
+  std::vector<KvCacheChoice> kv_caches;                                  // as run, in options order
   std::vector<MachineRow> machine;
   std::vector<PrefillRow> prefill;
   std::vector<DecodeRow> decode;
 };
 
-// Runs every (threads, kv storage) combination; restores the thread count it found.
+// Runs every (threads, kv cache) combination; restores the thread count it found. `lifecycle`:
+// the quantized checkpoint's (its k/v fake quantization is set per choice), or null.
 // InvalidArgument for empty lists, non-positive sizes, threads < 1, repeats < 1.
-BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
-                      std::string model_name);
+BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std::string model_name,
+                      lifecycle::QuantizationLifecycle* lifecycle = nullptr);
 
 std::string bench_markdown(const BenchReport& report);
 nlohmann::json bench_json(const BenchReport& report);

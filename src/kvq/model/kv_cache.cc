@@ -7,13 +7,35 @@
 #include <string>
 
 #include "kvq/core/error.h"
+#include "kvq/core/tensor.h"
+#include "kvq/quant/qparams.h"
 
 namespace kvq::model {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-// generate_gparam's numerator: E4M3 max (448) times E2M1 max (6).
-constexpr float kNvfp4GlobalNumerator = 448.0f * 6.0f;
+
+// The dynamic parameter of a stream whose first write has absolute maximum amax (> 0, finite):
+// compressed-tensors' own functions, so the math is the reference's to the last bit.
+float dynamic_param_from_amax(KvFormat format, float amax) {
+  if (format == KvFormat::kNVFP4) {
+    const float a = kNvfp4DynamicHeadroom * amax;
+    return quant::generate_gparam(Tensor::from_f32({1}, std::span<const float>(&a, 1)),
+                                  Tensor::from_f32({1}, std::span<const float>(&a, 1)))
+        .f32()[0];
+  }
+  quant::QuantizationArgs args;
+  args.num_bits = quant::kv_format_traits(format).bits;
+  args.type = format == KvFormat::kFP8E4M3 ? quant::QuantizationType::kFloat
+                                           : quant::QuantizationType::kInt;
+  args.symmetric = true;
+  args.strategy = quant::QuantizationStrategy::kTensor;
+  const float lo = -amax;
+  const quant::QParams q =
+      quant::calculate_qparams(Tensor::from_f32({1}, std::span<const float>(&lo, 1)),
+                               Tensor::from_f32({1}, std::span<const float>(&amax, 1)), args);
+  return q.scale.f32()[0];  // > 0: calculate_qparams turns a zero scale into eps
+}
 
 // Expands an empty / per-tensor / per-head vector to [kv_heads] values.
 std::vector<float> expand(const std::vector<float>& v, std::int64_t kv_heads, float fallback,
@@ -46,13 +68,18 @@ KvStreamParams stream_params(const KvCacheSpec& spec, std::int64_t layer, std::i
                     gname = base + "_global_scale";
   KvStreamParams p;
 
+  const bool dynamic = spec.dynamic_scales.has_value() && t.needs_scale;
+  p.dynamic_granularity = spec.dynamic_scales.value_or(KvScaleGranularity::kHead);
   if (f == KvFormat::kNVFP4) {
     p.scale.assign(static_cast<std::size_t>(kv_heads), 1.0f);  // unused: block scales in-row
+  } else if (dynamic && scale.empty()) {
+    p.scale.assign(static_cast<std::size_t>(kv_heads), kNaN);  // fixed by the first write
   } else {
     if (t.needs_scale && scale.empty()) {
       fail<InvalidArgument>(
-          "KV cache ({}): layer {} has no {}: a quantized KV cache needs calibrated scales", t.name,
-          layer, sname);
+          "KV cache ({}): layer {} has no {}: a quantized KV cache needs calibrated scales "
+          "(or dynamic scales)",
+          t.name, layer, sname);
     }
     p.scale = expand(scale, kv_heads, 1.0f, f, layer, sname.c_str());
     for (std::size_t h = 0; h < p.scale.size(); ++h) {
@@ -66,6 +93,15 @@ KvStreamParams stream_params(const KvCacheSpec& spec, std::int64_t layer, std::i
   }
 
   p.zero_point = expand(zp, kv_heads, 0.0f, f, layer, zname.c_str());
+  if (dynamic && scale.empty() && f != KvFormat::kNVFP4) {
+    for (std::size_t h = 0; h < p.zero_point.size(); ++h) {
+      if (p.zero_point[h] != 0.0f) {
+        fail<InvalidArgument>(
+            "KV cache ({}): layer {} {}[{}] is {}, but {} is dynamic (symmetric: zero point 0)",
+            t.name, layer, zname, h, p.zero_point[h], sname);
+      }
+    }
+  }
   const float zmin = f == KvFormat::kINT4 ? -8.0f : -128.0f;
   const float zmax = f == KvFormat::kINT4 ? 7.0f : 127.0f;
   for (std::size_t h = 0; h < p.zero_point.size(); ++h) {
@@ -114,7 +150,7 @@ KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
   params_.scale.assign(heads, 1.0f);
   params_.zero_point.assign(heads, 0.0f);
   params_.global_scale.assign(heads, format == KvFormat::kNVFP4 ? kNaN : 1.0f);
-  dynamic_global_.assign(heads, format == KvFormat::kNVFP4);
+  dynamic_.assign(heads, format == KvFormat::kNVFP4);
   const std::int64_t total = batch * kv_heads * capacity * row_bytes_;
   bytes_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(total));
 }
@@ -125,14 +161,45 @@ void KvBuffer::set_params(KvStreamParams params) {
                 params.global_scale.size() == heads,
             "KV buffer params for {} heads", kv_heads_);
   params_ = std::move(params);
-  for (std::size_t h = 0; h < heads; ++h) {
-    dynamic_global_[h] = format_ == KvFormat::kNVFP4 && std::isnan(params_.global_scale[h]);
-  }
+  const std::vector<float>& p = dynamic_param();
+  for (std::size_t h = 0; h < heads; ++h) dynamic_[h] = std::isnan(p[h]);
 }
 
 void KvBuffer::reset_dynamic() {
-  for (std::size_t h = 0; h < dynamic_global_.size(); ++h) {
-    if (dynamic_global_[h]) params_.global_scale[h] = kNaN;
+  std::vector<float>& p = dynamic_param();
+  for (std::size_t h = 0; h < dynamic_.size(); ++h) {
+    if (dynamic_[h]) p[h] = kNaN;
+  }
+}
+
+void KvBuffer::fix_dynamic(std::int64_t n, const float* states) {
+  std::vector<float>& param = dynamic_param();
+  // Every write asks; only the first ones after construction / reset() have work to do.
+  if (std::none_of(param.begin(), param.end(), [](float v) { return std::isnan(v); })) return;
+  const auto heads = static_cast<std::size_t>(kv_heads_);
+  std::vector<float> amax(heads, 0.0f);  // [kv_heads] over the finite values of the write
+  for (std::size_t h = 0; h < heads; ++h) {
+    if (!std::isnan(param[h])) continue;
+    for (std::int64_t b = 0; b < batch_; ++b) {
+      const float* src =
+          states + ((b * kv_heads_ + static_cast<std::int64_t>(h)) * n) * head_dim_;  // [n, d]
+      float m = amax[h];
+      for (std::int64_t i = 0; i < n * head_dim_; ++i) {
+        if (std::isfinite(src[i])) m = std::max(m, std::fabs(src[i]));
+      }
+      amax[h] = m;
+    }
+  }
+  if (params_.dynamic_granularity == KvScaleGranularity::kTensor) {
+    // Every head of a per-tensor buffer is dynamic and unfixed together.
+    const float m = *std::max_element(amax.begin(), amax.end());
+    std::fill(amax.begin(), amax.end(), m);
+  }
+  for (std::size_t h = 0; h < heads; ++h) {
+    // amax 0 (zeros / non-finite only): stays unfixed, see the header.
+    if (std::isnan(param[h]) && amax[h] > 0.0f) {
+      param[h] = dynamic_param_from_amax(format_, amax[h]);
+    }
   }
 }
 
@@ -141,22 +208,13 @@ void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states) {
             pos + n, capacity_);
   if (n == 0) return;
   const std::int64_t d = head_dim_;
+  fix_dynamic(n, states);
   for (std::int64_t h = 0; h < kv_heads_; ++h) {
     const auto hs = static_cast<std::size_t>(h);
-    if (format_ == KvFormat::kNVFP4 && std::isnan(params_.global_scale[hs])) {
-      // Fix the dynamic global scale from this first write (all batch rows of head h).
-      float amax = 0.0f;
-      for (std::int64_t b = 0; b < batch_; ++b) {
-        const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
-        for (std::int64_t i = 0; i < n * d; ++i) {
-          if (std::isfinite(src[i])) amax = std::max(amax, std::fabs(src[i]));
-        }
-      }
-      params_.global_scale[hs] =
-          amax > 0.0f ? kNvfp4GlobalNumerator / (kNvfp4DynamicHeadroom * amax) : 1.0f;
-    }
-    const float scale = params_.scale[hs], zp = params_.zero_point[hs];
-    const float gs = params_.global_scale[hs];
+    // Still unfixed: this write's codes decode the same under any parameter (see the header).
+    const float scale = std::isnan(params_.scale[hs]) ? 1.0f : params_.scale[hs];
+    const float zp = params_.zero_point[hs];
+    const float gs = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
     for (std::int64_t b = 0; b < batch_; ++b) {
       const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
       std::byte* dst = bytes_.get() + ((b * kv_heads_ + h) * capacity_ + pos) * row_bytes_;
@@ -179,9 +237,9 @@ kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
   v.data = bytes_.get() + (b * kv_heads_ + h) * capacity_ * row_bytes_;
   v.row_bytes = row_bytes_;
   v.head_dim = head_dim_;
-  v.scale = params_.scale[hs];
+  // A dynamic parameter not fixed yet: every stored code decodes the same under any value.
+  v.scale = std::isnan(params_.scale[hs]) ? 1.0f : params_.scale[hs];
   v.zero_point = params_.zero_point[hs];
-  // A dynamic global scale not fixed yet means nothing was written: any value decodes nothing.
   v.global_scale = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
   return v;
 }
@@ -264,6 +322,21 @@ void KvCache::truncate(std::int64_t n) {
     return;
   }
   length_ = n;
+}
+
+bool KvCache::has_dynamic_scales() const {
+  for (const std::vector<KvBuffer>* bufs : {&keys_, &values_}) {
+    for (const KvBuffer& b : *bufs) {
+      for (std::int64_t h = 0; h < kv_heads_; ++h) {
+        if (b.dynamic(h)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::string_view kv_granularity_name(KvScaleGranularity granularity) {
+  return granularity == KvScaleGranularity::kTensor ? "tensor" : "head";
 }
 
 std::int64_t KvCache::bytes_per_token() const {

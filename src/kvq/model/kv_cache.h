@@ -17,18 +17,41 @@
 // scheme to follow. Like vLLM's nvfp4 KV cache, the per-16 E4M3 block scales are computed from the
 // data when a row is written (compressed-tensors' tensor_group math: block_scale =
 // e4m3(global_scale · amax_block / 6)); the per-stream fp32 global scale comes from calibration
-// (amax-based, generate_gparam: 448 · 6 / amax) or, when not given, is fixed at the FIRST write to
-// the stream after construction / reset(): 448 · 6 / (kNvfp4DynamicHeadroom · amax) with amax over
-// that write's finite values for that head across the batch (global scale 1 when they are all 0).
-// The headroom (4, a power of two) lets later tokens be up to 4× larger than the first ones
-// before the block scales saturate at 448; it costs only the bottom two binades of the E4M3
-// block-scale range (blocks 2^11× smaller than the first write's amax lose block-scale precision).
+// (amax-based, generate_gparam: 448 · 6 / amax) or is DYNAMIC (below).
+//
+// Dynamic parameters (no calibration; vLLM's dynamic kv-scale calculation, which also fixes the
+// scales from the first forward, with compressed-tensors' symmetric qparams math). A stream's
+// parameter is dynamic when the spec leaves it empty and allows it (KvCacheSpec::dynamic_scales;
+// nvfp4 global scales are always dynamic when not given). It is NaN (unfixed) until the first
+// write after construction / reset() that holds a finite non-zero value in its scope — the
+// head's rows across the batch (KvScaleGranularity::kHead) or every head of the buffer (kTensor:
+// one value shared by the layer's K heads, another by its V heads) — and is then fixed from the
+// amax of that write's finite values in the scope:
+//   fp8 / int8 / int4 scale = quant::calculate_qparams(-amax, amax) (symmetric)
+//                           = amax / ((q_max - q_min) / 2): amax / 448, amax / 127.5, amax / 7.5
+//   nvfp4 global scale      = quant::generate_gparam(±kNvfp4DynamicHeadroom · amax)
+//                           = 448 · 6 / (kNvfp4DynamicHeadroom · amax)
+// Later writes keep it (until reset() / truncate(0)): a later value beyond the first write's
+// range saturates as the format does (fp8 at ±448 · scale, int8 at [-128, 127] · scale, int4 at
+// [-8, 7] · scale). The nvfp4 headroom (4, a power of two) lets later tokens be up to 4× larger
+// than the first ones before the block scales saturate at 448; it costs only the bottom two
+// binades of the E4M3 block-scale range (blocks 2^11× smaller than the first write's amax lose
+// block-scale precision). fp8 / int get no headroom: compressed-tensors' math, as asked of
+// kvq (vLLM divides by 200 / 100 instead of 448 for fp8 k / v).
+// Fallback: a write whose scope holds only zeros and non-finite values leaves the parameter
+// unfixed, because its codes decode the same under any scale (0 stays 0, NaN stays NaN; ±inf,
+// stored as the largest code, decodes at the scale fixed later). So a dynamic parameter is never
+// 0, NaN or a made-up constant once data is stored; views of an unfixed stream use 1.
+// Dynamic parameters are shared by the batch like calibrated ones: a batched first write fixes
+// them from all its sequences.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kvq/kernels/kv_rows.h"
@@ -46,26 +69,39 @@ inline constexpr float kNvfp4DynamicHeadroom = 4.0f;
 // default below), one value (per-tensor: the same for every kv head) or kv_heads values
 // (per-head, compressed-tensors' attn_head strategy).
 struct KvLayerScales {
-  // Dequantization scales: required (finite, > 0) for fp8 / int8 / int4; default 1 for
-  // f32 / bf16 / f16 (where a scale divides before the cast); unused by nvfp4.
+  // Dequantization scales: required (finite, > 0) for fp8 / int8 / int4 unless the spec allows
+  // dynamic scales (then empty = dynamic); default 1 for f32 / bf16 / f16 (where a scale divides
+  // before the cast); unused by nvfp4.
   std::vector<float> k_scale, v_scale;
   // Integer zero points (asymmetric int8 / int4, within the code range); default 0; must be 0
   // for formats without zero points.
   std::vector<float> k_zero_point, v_zero_point;
-  // nvfp4 only: fp32 global scales (finite, > 0); empty = fixed at the first write (see above).
+  // nvfp4 only: fp32 global scales (finite, > 0); empty = dynamic (see above).
   std::vector<float> k_global_scale, v_global_scale;
 };
 
+// One scale per kv head (compressed-tensors' attn_head strategy) or one per layer's K and one
+// per its V (strategy tensor).
+enum class KvScaleGranularity : std::uint8_t { kHead, kTensor };
+std::string_view kv_granularity_name(KvScaleGranularity granularity);  // "head" / "tensor"
+
 struct KvCacheSpec {
   KvFormat format = KvFormat::kF32;
-  // Empty (every default: valid for f32 / bf16 / f16 / nvfp4) or one entry per layer.
+  // Empty (every default: valid for f32 / bf16 / f16 / nvfp4, and for fp8 / int8 / int4 with
+  // dynamic_scales) or one entry per layer.
   std::vector<KvLayerScales> layers;
+  // Parameters the layers leave empty. nullopt: fp8 / int8 / int4 scales are required
+  // (InvalidArgument: a quantized cache must not run with forgotten scales) and nvfp4 global
+  // scales are dynamic per head. kHead / kTensor: they are dynamic with that granularity (see
+  // above); ignored by f32 / bf16 / f16. A NaN given in `layers` is an error either way.
+  std::optional<KvScaleGranularity> dynamic_scales;
 };
 
 // The per-head parameters of one buffer, [kv_heads] each.
 struct KvStreamParams {
-  std::vector<float> scale, zero_point;
-  std::vector<float> global_scale;  // nvfp4; NaN = dynamic, fixed at the first write
+  std::vector<float> scale, zero_point;  // scale (not nvfp4): NaN = dynamic, fixed on write
+  std::vector<float> global_scale;       // nvfp4: NaN = dynamic, fixed on write
+  KvScaleGranularity dynamic_granularity = KvScaleGranularity::kHead;
 };
 
 // One layer's K or V: [batch, kv_heads, capacity, row_bytes].
@@ -82,11 +118,14 @@ class KvBuffer {
 
   // Replaces the per-head parameters (already validated: see KvCache). Set before writing.
   void set_params(KvStreamParams params);
-  // Forgets dynamically fixed nvfp4 global scales (the next write fixes them again).
+  // Forgets dynamically fixed parameters (the next write with data fixes them again).
   void reset_dynamic();
+  // Whether head h's scale (nvfp4: global scale) is dynamic (fixed or not: see scale()).
+  bool dynamic(std::int64_t h) const { return dynamic_.at(static_cast<std::size_t>(h)); }
 
   KvFormat format() const { return format_; }
   KvFormat storage() const { return format_; }  // former name
+  // NaN while a dynamic scale is not fixed yet; 1 for f32 / bf16 / f16 / nvfp4 by default.
   float scale(std::int64_t h) const { return params_.scale.at(static_cast<std::size_t>(h)); }
   float zero_point(std::int64_t h) const {
     return params_.zero_point.at(static_cast<std::size_t>(h));
@@ -100,10 +139,17 @@ class KvBuffer {
   std::int64_t bytes_per_token() const { return row_bytes_ * kv_heads_; }
 
  private:
+  // Fixes the unfixed dynamic parameters that states [batch, kv_heads, n, head_dim] allow.
+  void fix_dynamic(std::int64_t n, const float* states);
+  // The parameter a dynamic stream uses: params_.global_scale (nvfp4) or params_.scale.
+  std::vector<float>& dynamic_param() {
+    return format_ == KvFormat::kNVFP4 ? params_.global_scale : params_.scale;
+  }
+
   KvFormat format_;
   std::int64_t batch_, kv_heads_, capacity_, head_dim_, row_bytes_;
   KvStreamParams params_;
-  std::vector<bool> dynamic_global_;  // [kv_heads] nvfp4 global scale fixed at first write
+  std::vector<bool> dynamic_;  // [kv_heads] the scale (nvfp4: global scale) is dynamic
   std::unique_ptr<std::byte[]> bytes_;
 };
 
@@ -115,7 +161,8 @@ class KvCache {
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
           std::int64_t capacity, const KvCacheSpec& spec);
   // A format without calibrated parameters: f32 / bf16 / f16 (scale 1) or nvfp4 (dynamic
-  // global scales); fp8 / int8 / int4 throw InvalidArgument.
+  // global scales per head); fp8 / int8 / int4 throw InvalidArgument (pass a KvCacheSpec with
+  // dynamic_scales for those).
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
           std::int64_t capacity, KvFormat format = KvFormat::kF32);
 
@@ -135,8 +182,8 @@ class KvCache {
 
   // Marks n more tokens as cached (the model calls this after every layer wrote them).
   void advance(std::int64_t n);
-  // Forgets everything (keeps the allocation and the calibrated parameters; dynamic nvfp4
-  // global scales are fixed again by the next write).
+  // Forgets everything (keeps the allocation and the calibrated parameters; dynamic
+  // parameters are fixed again by the next write).
   void reset();
   // Keeps the first n tokens (n <= length()); truncate(0) is reset().
   void truncate(std::int64_t n);
@@ -145,6 +192,8 @@ class KvCache {
   // kv_row_bytes(format, head_dim) (values plus in-row block scales; per-stream parameters are
   // not per token and not counted).
   std::int64_t bytes_per_token() const;
+  // Whether some parameter is dynamic (fixed from the data, not calibrated).
+  bool has_dynamic_scales() const;
 
  private:
   std::int64_t batch_, kv_heads_, head_dim_, capacity_;

@@ -1,0 +1,96 @@
+// `--kv-cache` of `kvq generate`, `kvq perplexity` and `kvq bench`: which KV cache a command
+// runs with, resolved against the model directory.
+//
+//   auto (default)        quantized checkpoint (config.json has a quantization_config with a
+//                         kv_cache_scheme or an attention group): its PACKED cache with the
+//                         calibrated k/v scales (QuantizationLifecycle::kv_cache_spec; the k/v
+//                         fake-quant hooks are turned off, q fake quantization stays as the
+//                         lifecycle sets it). Plain model: f32.
+//   FORMAT[:tensor|head]  f32, bf16, f16 (unscaled: no granularity), fp8, int8, int4, nvfp4
+//                         (aliases: quant::parse_kv_format). Plain model: a packed cache with
+//                         DYNAMIC scales fixed by the first write (the prompt), one per kv head
+//                         (`:head`, the default) or per layer's K / V (`:tensor`), see
+//                         model/kv_cache.h. Quantized checkpoint: must name the checkpoint's
+//                         format (and strategy), and means `auto`; anything else is an error.
+//   fake                  quantized checkpoint only: the reference semantics — the lifecycle's
+//                         k/v fake-quant hooks on, an fp32 cache (for comparison with auto).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "kvq/model/kv_cache.h"
+#include "kvq/quant/formats.h"
+
+namespace kvq::model {
+class LlamaModel;
+}
+namespace kvq::lifecycle {
+class QuantizationLifecycle;
+}
+
+namespace kvq::eval {
+
+// The flag value as typed, parsed (no model needed: a typo fails before loading).
+struct KvCacheOption {
+  enum class Mode : std::uint8_t { kAuto, kFake, kFormat };
+  Mode mode = Mode::kAuto;
+  quant::KvFormat format = quant::KvFormat::kF32;        // kFormat
+  std::optional<model::KvScaleGranularity> granularity;  // kFormat with `:tensor` / `:head`
+  std::string text;                                      // as typed
+};
+// InvalidArgument naming the value and listing the supported ones; NotSupported for a
+// granularity on an unscaled format (f32:head).
+KvCacheOption parse_kv_cache_option(std::string_view text);
+
+// Where the cache's scales come from.
+enum class KvScales : std::uint8_t { kNone, kCalibrated, kDynamic };
+std::string_view kv_scales_name(KvScales scales);  // "none", "calibrated", "dynamic"
+
+// What a command runs with.
+struct KvCacheChoice {
+  model::KvCacheSpec spec;     // the cache to build (format f32 for fake)
+  bool kv_fake_quant = false;  // the lifecycle's k/v fake-quant hooks on (fake mode)
+  KvScales scales = KvScales::kNone;
+  std::optional<model::KvScaleGranularity> granularity;  // of the scales, when there are any
+  // "f32", "bf16", "fp8:head", "int4:tensor", "nvfp4:head", "fake(fp8:head)": names the format
+  // with its granularity in tables, JSON and the stats line.
+  std::string label = "f32";
+
+  quant::KvFormat format() const { return spec.format; }
+  // "fp8:head, calibrated scales" style description for text output.
+  std::string describe() const;
+  // {"kv_cache": label, "kv_format", "kv_granularity" (null without scales), "kv_scales",
+  //  "kv_fake_quant"}.
+  nlohmann::json to_json() const;
+};
+
+// Resolves `option` for `model`; `lifecycle` is the checkpoint's (null for a plain model).
+// InvalidArgument naming the flag value and the checkpoint's own format when they disagree, or
+// for `fake` on a plain model. `auto` on a checkpoint whose k/v cannot be packed (layers with
+// different formats, unquantized layers) falls back to fake with a warning.
+KvCacheChoice resolve_kv_cache(const KvCacheOption& option,
+                               const lifecycle::QuantizationLifecycle* lifecycle,
+                               std::string_view model_name);
+
+// Sets the lifecycle's k/v fake quantization as `choice` wants (no-op without a lifecycle).
+// Call before running the model with a cache of choice.spec.
+void apply_kv_cache_choice(const KvCacheChoice& choice,
+                           lifecycle::QuantizationLifecycle* lifecycle);
+
+// K and V bytes per token of one sequence (all layers) of a cache of this choice.
+std::int64_t kv_bytes_per_token(const model::LlamaModel& model, const KvCacheChoice& choice);
+
+// The one-line note a command prints for dynamic scales ("" otherwise): where the scales come
+// from (`first_write`: "the prompt", "each window's tokens", ...) and that `kvq oneshot`
+// calibrates them.
+std::string dynamic_scales_note(const KvCacheChoice& choice, std::string_view first_write);
+
+// The help text of the flag (shared by the commands).
+std::string kv_cache_flag_help(bool list);
+
+}  // namespace kvq::eval

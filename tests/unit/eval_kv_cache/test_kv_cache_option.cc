@@ -1,0 +1,223 @@
+// `--kv-cache` parsing and resolution (kvq/eval/kv_cache_option.h) on the tiny GQA Llama: plain
+// model (f32 / unscaled / dynamic low-bit), a calibrated lifecycle standing in for a quantized
+// checkpoint (packed by default, fake on request, disagreeing formats refused), and the
+// fallback to fake quantization when the checkpoint cannot be packed.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kvq/core/error.h"
+#include "kvq/eval/kv_cache_option.h"
+#include "kvq/lifecycle/apply.h"
+#include "kvq/lifecycle/calibrate.h"
+#include "kvq/model/llama_model.h"
+#include "kvq/quant/recipe.h"
+#include "support/test_paths.h"
+
+namespace kvq::eval {
+namespace {
+
+using model::KvScaleGranularity;
+using quant::KvFormat;
+using Mode = KvCacheOption::Mode;
+
+std::string error_of(std::string_view text) {
+  try {
+    parse_kv_cache_option(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(KvCacheOption, ParsesModesFormatsAliasesAndGranularity) {
+  EXPECT_EQ(parse_kv_cache_option("auto").mode, Mode::kAuto);
+  EXPECT_EQ(parse_kv_cache_option("AUTO").mode, Mode::kAuto);
+  EXPECT_EQ(parse_kv_cache_option("fake").mode, Mode::kFake);
+  struct Case {
+    std::string text;
+    KvFormat format;
+    std::optional<KvScaleGranularity> g;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"f32", KvFormat::kF32, std::nullopt},
+           {"bfloat16", KvFormat::kBF16, std::nullopt},
+           {"float16", KvFormat::kF16, std::nullopt},
+           {"fp8", KvFormat::kFP8E4M3, std::nullopt},
+           {"e4m3:tensor", KvFormat::kFP8E4M3, KvScaleGranularity::kTensor},
+           {"INT8:head", KvFormat::kINT8, KvScaleGranularity::kHead},
+           {"int4:Tensor", KvFormat::kINT4, KvScaleGranularity::kTensor},
+           {"nvfp4:head", KvFormat::kNVFP4, KvScaleGranularity::kHead},
+       }) {
+    const KvCacheOption o = parse_kv_cache_option(c.text);
+    EXPECT_EQ(o.mode, Mode::kFormat) << c.text;
+    EXPECT_EQ(o.format, c.format) << c.text;
+    EXPECT_EQ(o.granularity, c.g) << c.text;
+    EXPECT_EQ(o.text, c.text);
+  }
+  std::string e = error_of("int3");
+  EXPECT_NE(e.find("--kv-cache 'int3': unknown KV cache format 'int3'"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto, fake, or FORMAT[:tensor|head] with FORMAT one of f32, bf16, f16, fp8, "
+                   "int8, int4, nvfp4"),
+            std::string::npos)
+      << e;
+  e = error_of("int8:channel");
+  EXPECT_NE(e.find("granularity must be 'tensor' or 'head'"), std::string::npos) << e;
+  EXPECT_THROW(parse_kv_cache_option("f16:tensor"), NotSupported);
+  EXPECT_THROW(parse_kv_cache_option(""), InvalidArgument);
+}
+
+std::unique_ptr<model::LlamaModel> tiny() {
+  return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
+}
+
+TEST(KvCacheOption, PlainModelGetsUnscaledOrDynamicCaches) {
+  const auto m = tiny();
+  const auto resolve = [&](std::string_view t) {
+    return resolve_kv_cache(parse_kv_cache_option(t), nullptr, "tiny");
+  };
+  KvCacheChoice c = resolve("auto");
+  EXPECT_EQ(c.label, "f32");
+  EXPECT_EQ(c.scales, KvScales::kNone);
+  EXPECT_FALSE(c.spec.dynamic_scales);
+  EXPECT_EQ(dynamic_scales_note(c, "the prompt"), "");
+
+  c = resolve("bf16");
+  EXPECT_EQ(c.label, "bf16");
+  EXPECT_EQ(c.format(), KvFormat::kBF16);
+  EXPECT_FALSE(c.granularity);
+
+  c = resolve("int8");
+  EXPECT_EQ(c.label, "int8:head");
+  EXPECT_EQ(c.scales, KvScales::kDynamic);
+  EXPECT_EQ(c.spec.dynamic_scales, KvScaleGranularity::kHead);
+  EXPECT_TRUE(c.spec.layers.empty());
+  EXPECT_NE(dynamic_scales_note(c, "the prompt")
+                .find("fixed from the absmax of the prompt (per "
+                      "kv head); `kvq oneshot` calibrates"),
+            std::string::npos);
+  EXPECT_TRUE(m->make_cache(1, 4, c.spec).has_dynamic_scales());
+
+  c = resolve("nvfp4:tensor");
+  EXPECT_EQ(c.label, "nvfp4:tensor");
+  EXPECT_EQ(c.spec.dynamic_scales, KvScaleGranularity::kTensor);
+  const nlohmann::json j = c.to_json();
+  EXPECT_EQ(j["kv_cache"], "nvfp4:tensor");
+  EXPECT_EQ(j["kv_format"], "nvfp4");
+  EXPECT_EQ(j["kv_granularity"], "tensor");
+  EXPECT_EQ(j["kv_scales"], "dynamic");
+  EXPECT_EQ(j["kv_fake_quant"], false);
+  EXPECT_TRUE(resolve("f32").to_json()["kv_granularity"].is_null());
+
+  // Bytes per token: 2 (k, v) · layers · kv heads · row bytes.
+  const auto& cfg = m->config();
+  const std::int64_t values = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim;
+  EXPECT_EQ(kv_bytes_per_token(*m, resolve("f32")), values * 4);
+  EXPECT_EQ(kv_bytes_per_token(*m, resolve("fp8:tensor")), values);
+  EXPECT_EQ(kv_bytes_per_token(*m, resolve("int4")), values / 2);
+
+  try {
+    resolve("fake");
+    ADD_FAILURE() << "fake accepted on a plain model";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-cache fake: tiny is not a quantized checkpoint"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+quant::QuantizationConfig kv_config(const std::string& strategy, const std::string& ignore = "") {
+  return quant::parse_quantization_config(
+      quant::Json::parse(fmt::format(
+          R"({{"config_groups": {{}}, "ignore": [{}], "kv_cache_scheme": {{"num_bits": 8,
+          "type": "float", "strategy": "{}", "symmetric": true, "observer": "static_minmax"}}}})",
+          ignore, strategy)),
+      "test");
+}
+
+void calibrate_tiny(lifecycle::QuantizationLifecycle& lc) {
+  lifecycle::CalibrationSample s;
+  for (int t = 0; t < 24; ++t) s.tokens.push_back((t * 37 + 3) % 256);
+  const std::vector<lifecycle::CalibrationSample> samples = {s};
+  lifecycle::calibrate(lc, samples, {.show_progress = false});
+}
+
+TEST(KvCacheOption, CheckpointRunsItsPackedCacheOrItsFakeQuantization) {
+  auto m = tiny();
+  auto lc = lifecycle::apply_quantization_config(*m, kv_config("attn_head"));
+  calibrate_tiny(*lc);
+  const auto resolve = [&](std::string_view t) {
+    return resolve_kv_cache(parse_kv_cache_option(t), lc.get(), "ckpt");
+  };
+  for (const char* t : {"auto", "fp8", "fp8:head", "float8_e4m3fn"}) {
+    const KvCacheChoice c = resolve(t);
+    EXPECT_EQ(c.label, "fp8:head") << t;
+    EXPECT_EQ(c.scales, KvScales::kCalibrated) << t;
+    EXPECT_FALSE(c.kv_fake_quant);
+    EXPECT_EQ(c.spec.format, KvFormat::kFP8E4M3);
+    EXPECT_FALSE(c.spec.dynamic_scales);
+    // The lifecycle's own spec: its calibrated per-head scales.
+    const model::KvCacheSpec want = lc->kv_cache_spec();
+    ASSERT_EQ(c.spec.layers.size(), want.layers.size());
+    EXPECT_EQ(c.spec.layers[1].v_scale, want.layers[1].v_scale);
+    EXPECT_EQ(c.describe(), "fp8:head (calibrated scales from the checkpoint)");
+  }
+  const KvCacheChoice packed = resolve("auto");
+  apply_kv_cache_choice(packed, lc.get());
+  EXPECT_FALSE(lc->kv_fake_quantization()) << "the packed cache quantizes k/v, not the hooks";
+
+  const KvCacheChoice fake = resolve("fake");
+  EXPECT_EQ(fake.label, "fake(fp8:head)");
+  EXPECT_TRUE(fake.kv_fake_quant);
+  EXPECT_EQ(fake.spec.format, KvFormat::kF32);
+  EXPECT_EQ(fake.to_json()["kv_scales"], "calibrated");
+  apply_kv_cache_choice(fake, lc.get());
+  EXPECT_TRUE(lc->kv_fake_quantization());
+
+  for (const char* t : {"int8", "fp8:tensor", "f32", "nvfp4"}) {
+    try {
+      resolve(t);
+      ADD_FAILURE() << t << " accepted on an fp8 attn_head checkpoint";
+    } catch (const InvalidArgument& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find(fmt::format("--kv-cache {}: ckpt is a quantized checkpoint whose KV cache "
+                                   "is fp8:head",
+                                   t)),
+                std::string::npos)
+          << w;
+      EXPECT_NE(w.find("fake"), std::string::npos) << w;
+    }
+  }
+
+  // A per-tensor checkpoint is fp8:tensor.
+  auto m2 = tiny();
+  auto lc2 = lifecycle::apply_quantization_config(*m2, kv_config("tensor"));
+  calibrate_tiny(*lc2);
+  EXPECT_EQ(resolve_kv_cache(parse_kv_cache_option("auto"), lc2.get(), "ckpt").label, "fp8:tensor");
+  EXPECT_EQ(resolve_kv_cache(parse_kv_cache_option("fp8:tensor"), lc2.get(), "ckpt").label,
+            "fp8:tensor");
+}
+
+// A checkpoint whose attention is quantized in some layers only has no single packed format:
+// `auto` runs its fake quantization; an explicit format says why it cannot.
+TEST(KvCacheOption, UnpackableCheckpointFallsBackToFakeQuantization) {
+  auto m = tiny();
+  // An attention config group on layer 0 only (kv_cache_scheme would cover every layer).
+  const auto config = quant::parse_quantization_config(
+      quant::Json::parse(R"({"config_groups": {"g": {"targets": ["re:.*layers\\.0\\.self_attn$"],
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor",
+        "symmetric": true, "observer": "static_minmax"}}}})"),
+      "test");
+  auto lc = lifecycle::apply_quantization_config(*m, config);
+  calibrate_tiny(*lc);
+  const KvCacheChoice c = resolve_kv_cache(parse_kv_cache_option("auto"), lc.get(), "ckpt");
+  EXPECT_TRUE(c.kv_fake_quant);
+  EXPECT_EQ(c.label, "fake(fp8:tensor)");
+  EXPECT_THROW(resolve_kv_cache(parse_kv_cache_option("fp8"), lc.get(), "ckpt"), NotSupported);
+}
+
+}  // namespace
+}  // namespace kvq::eval

@@ -1,0 +1,343 @@
+// Dynamic KV scales (KvCacheSpec::dynamic_scales, kvq/model/kv_cache.h): fixed by the first
+// write that holds data, from its amax per kv head or per buffer, with compressed-tensors'
+// symmetric math; kept by later writes (which saturate); forgotten by reset(); never 0 or NaN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvq/core/error.h"
+#include "kvq/model/kv_cache.h"
+#include "kvq/model/llama_model.h"
+#include "kvq/quant/formats.h"
+#include "support/test_paths.h"
+
+namespace kvq::model {
+namespace {
+
+using quant::KvFormat;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr KvFormat kScaled[] = {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4};
+
+// compressed-tensors' symmetric scale: amax / ((q_max - q_min) / 2).
+float ct_scale(KvFormat f, float amax) {
+  switch (f) {
+    case KvFormat::kFP8E4M3:
+      return amax / 448.0f;
+    case KvFormat::kINT8:
+      return amax / 127.5f;
+    default:
+      return amax / 7.5f;
+  }
+}
+// The largest positive code of the format, as a multiple of the scale.
+float max_code(KvFormat f) {
+  return f == KvFormat::kFP8E4M3 ? 448.0f : f == KvFormat::kINT8 ? 127.0f : 7.0f;
+}
+
+std::vector<float> uniform(std::size_t n, std::uint64_t seed, float bound) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-bound, bound);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+KvCacheSpec dynamic_spec(KvFormat f, KvScaleGranularity g) { return {f, {}, g}; }
+
+// states [B, H, n, D]: element (b, h, t, i).
+std::size_t at(std::int64_t H, std::int64_t n, std::int64_t D, std::int64_t b, std::int64_t h,
+               std::int64_t t, std::int64_t i) {
+  return static_cast<std::size_t>(((b * H + h) * n + t) * D + i);
+}
+
+TEST(DynamicKvScales, FirstWriteFixesOneScalePerHead) {
+  const std::int64_t B = 2, H = 3, D = 32, n = 5;
+  for (KvFormat f : kScaled) {
+    const std::string name(quant::kv_format_name(f));
+    KvCache cache(2, B, H, D, 16, dynamic_spec(f, KvScaleGranularity::kHead));
+    EXPECT_TRUE(cache.has_dynamic_scales());
+    for (std::int64_t h = 0; h < H; ++h) {
+      EXPECT_TRUE(cache.keys(1).dynamic(h));
+      EXPECT_TRUE(std::isnan(cache.keys(1).scale(h))) << name << " unfixed before any write";
+    }
+    auto x = uniform(static_cast<std::size_t>(B * H * n * D), 1, 0.5f);
+    // The amax of head 0 sits in the SECOND sequence: the scale covers the whole batch.
+    x[at(H, n, D, 1, 0, 3, 7)] = -2.0f;
+    x[at(H, n, D, 0, 1, 0, 0)] = 3.0f;
+    x[at(H, n, D, 0, 2, 4, 31)] = 0.75f;
+    x[at(H, n, D, 1, 2, 1, 1)] = kInf;  // non-finite values do not count
+    cache.keys(1).write(0, n, x.data());
+    EXPECT_FLOAT_EQ(cache.keys(1).scale(0), ct_scale(f, 2.0f)) << name;
+    EXPECT_FLOAT_EQ(cache.keys(1).scale(1), ct_scale(f, 3.0f)) << name;
+    EXPECT_FLOAT_EQ(cache.keys(1).scale(2), ct_scale(f, 0.75f)) << name;
+    EXPECT_EQ(cache.keys(1).zero_point(0), 0.0f);
+    EXPECT_TRUE(std::isnan(cache.values(1).scale(0))) << "V is its own stream";
+    EXPECT_TRUE(std::isnan(cache.keys(0).scale(0))) << "layer 0 is its own stream";
+
+    // The stored rows are quantize_row with the fixed scale (the inf saturates).
+    const std::vector<float> got = cache.keys(1).read(n);
+    std::vector<std::byte> row(quant::kv_row_bytes(f, D));
+    std::vector<float> want(static_cast<std::size_t>(D));
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t t = 0; t < n; ++t) {
+          const float s = cache.keys(1).scale(h);
+          quant::quantize_row(f, x.data() + at(H, n, D, b, h, t, 0), D, s, 0, 1, row.data());
+          quant::ref::dequantize_row(f, row.data(), D, s, 0, 1, want.data());
+          for (std::int64_t i = 0; i < D; ++i)
+            ASSERT_EQ(got[at(H, n, D, b, h, t, i)], want[static_cast<std::size_t>(i)])
+                << name << " b" << b << " h" << h << " t" << t << " i" << i;
+        }
+    EXPECT_FLOAT_EQ(got[at(H, n, D, 1, 2, 1, 1)], max_code(f) * ct_scale(f, 0.75f)) << name;
+  }
+}
+
+TEST(DynamicKvScales, PerTensorSharesOneScaleAcrossHeads) {
+  const std::int64_t B = 1, H = 4, D = 16, n = 3;
+  for (KvFormat f : kScaled) {
+    KvCache cache(1, B, H, D, 8, dynamic_spec(f, KvScaleGranularity::kTensor));
+    auto x = uniform(static_cast<std::size_t>(B * H * n * D), 2, 1.0f);
+    x[at(H, n, D, 0, 2, 1, 5)] = -6.5f;
+    cache.values(0).write(0, n, x.data());
+    for (std::int64_t h = 0; h < H; ++h) {
+      EXPECT_FLOAT_EQ(cache.values(0).scale(h), ct_scale(f, 6.5f)) << quant::kv_format_name(f);
+    }
+    EXPECT_TRUE(std::isnan(cache.keys(0).scale(0)));
+  }
+  // nvfp4: the global scale, with the same granularity choice.
+  KvCache nv(1, 1, H, D, 8, dynamic_spec(KvFormat::kNVFP4, KvScaleGranularity::kTensor));
+  auto x = uniform(static_cast<std::size_t>(H * n * D), 3, 1.0f);
+  x[at(H, n, D, 0, 3, 2, 0)] = 5.0f;
+  nv.keys(0).write(0, n, x.data());
+  for (std::int64_t h = 0; h < H; ++h) {
+    EXPECT_FLOAT_EQ(nv.keys(0).global_scale(h), 448.0f * 6.0f / (kNvfp4DynamicHeadroom * 5.0f));
+  }
+  KvCache nv_head(1, 1, H, D, 8, dynamic_spec(KvFormat::kNVFP4, KvScaleGranularity::kHead));
+  nv_head.keys(0).write(0, n, x.data());
+  EXPECT_FLOAT_EQ(nv_head.keys(0).global_scale(3), 448.0f * 6.0f / (kNvfp4DynamicHeadroom * 5.0f));
+  EXPECT_GT(nv_head.keys(0).global_scale(0), nv_head.keys(0).global_scale(3));
+}
+
+TEST(DynamicKvScales, LaterWritesKeepTheScaleAndSaturate) {
+  const std::int64_t H = 1, D = 8;
+  for (KvFormat f : kScaled) {
+    const std::string name(quant::kv_format_name(f));
+    KvCache cache(1, 1, H, D, 8, dynamic_spec(f, KvScaleGranularity::kHead));
+    std::vector<float> first(static_cast<std::size_t>(D), 0.25f);
+    first[3] = -1.0f;
+    cache.keys(0).write(0, 1, first.data());
+    cache.advance(1);
+    const float s = cache.keys(0).scale(0);
+    ASSERT_FLOAT_EQ(s, ct_scale(f, 1.0f)) << name;
+    // A later token 10x larger: same scale, values clamp to the format's range.
+    std::vector<float> big(static_cast<std::size_t>(D), 0.0f);
+    big[0] = 10.0f;
+    big[1] = -10.0f;
+    big[2] = 0.5f;
+    cache.keys(0).write(1, 1, big.data());
+    cache.advance(1);
+    EXPECT_EQ(cache.keys(0).scale(0), s) << name;
+    const auto got = cache.keys(0).read(2);
+    const float min_code = f == KvFormat::kFP8E4M3 ? -448.0f : f == KvFormat::kINT8 ? -128 : -8;
+    EXPECT_FLOAT_EQ(got[static_cast<std::size_t>(D + 0)], max_code(f) * s) << name;
+    EXPECT_FLOAT_EQ(got[static_cast<std::size_t>(D + 1)], min_code * s) << name;
+    EXPECT_NEAR(got[static_cast<std::size_t>(D + 2)], 0.5f, 0.5f * s / ct_scale(f, 1.0f) * 0.2f);
+    // truncate(n > 0) keeps the scale; reset() and truncate(0) forget it.
+    cache.truncate(1);
+    EXPECT_EQ(cache.keys(0).scale(0), s);
+    cache.reset();
+    EXPECT_TRUE(std::isnan(cache.keys(0).scale(0))) << name;
+    cache.keys(0).write(0, 1, big.data());
+    EXPECT_FLOAT_EQ(cache.keys(0).scale(0), ct_scale(f, 10.0f)) << name;
+    cache.advance(1);
+    cache.truncate(0);
+    EXPECT_TRUE(std::isnan(cache.keys(0).scale(0))) << name;
+  }
+}
+
+// Zeros and non-finite values decode the same under any scale, so a write holding nothing else
+// leaves the scale unfixed and the next write with data fixes it; rows read back meanwhile use
+// scale 1 and never a NaN / zero scale.
+TEST(DynamicKvScales, AllZeroFirstWriteLeavesTheScaleForTheNextWrite) {
+  const std::int64_t H = 2, D = 16;
+  for (KvFormat f : {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
+    const std::string name(quant::kv_format_name(f));
+    KvCache cache(1, 1, H, D, 8, dynamic_spec(f, KvScaleGranularity::kHead));
+    const auto param = [&](std::int64_t h) {
+      return f == KvFormat::kNVFP4 ? cache.keys(0).global_scale(h) : cache.keys(0).scale(h);
+    };
+    std::vector<float> zeros(static_cast<std::size_t>(H * 2 * D), 0.0f);
+    zeros[at(H, 2, D, 0, 1, 1, 3)] = kNaN;
+    cache.keys(0).write(0, 2, zeros.data());
+    cache.advance(2);
+    EXPECT_TRUE(std::isnan(param(0))) << name;
+    EXPECT_TRUE(std::isnan(param(1))) << name;
+    EXPECT_EQ(cache.keys(0).rows(0, 0).scale, 1.0f);
+    EXPECT_EQ(cache.keys(0).rows(0, 0).global_scale, 1.0f);
+    auto got = cache.keys(0).read(2);
+    EXPECT_EQ(got[at(H, 2, D, 0, 0, 1, 5)], 0.0f) << name;
+    // Head 1 gets data now, head 0 still nothing but zeros.
+    std::vector<float> next(static_cast<std::size_t>(H * D), 0.0f);
+    next[static_cast<std::size_t>(D + 2)] = 2.0f;
+    cache.keys(0).write(2, 1, next.data());
+    cache.advance(1);
+    EXPECT_TRUE(std::isnan(param(0))) << name;
+    ASSERT_FALSE(std::isnan(param(1))) << name;
+    EXPECT_GT(param(1), 0.0f);
+    EXPECT_TRUE(std::isfinite(param(1)));
+    got = cache.keys(0).read(3);
+    EXPECT_EQ(got[at(H, 3, D, 0, 1, 0, 0)], 0.0f) << name << ": earlier zero rows stay 0";
+    EXPECT_NEAR(got[at(H, 3, D, 0, 1, 2, 2)], 2.0f, 0.15f) << name;
+    // int codes have no NaN (stored as 0); fp8 / nvfp4 keep it.
+    const float nan_back = got[at(H, 3, D, 0, 1, 1, 3)];
+    if (f == KvFormat::kINT8 || f == KvFormat::kINT4) {
+      EXPECT_EQ(nan_back, 0.0f) << name;
+    } else {
+      EXPECT_TRUE(std::isnan(nan_back)) << name;
+    }
+  }
+}
+
+TEST(DynamicKvScales, ScaleIsNeverZeroOrNaN) {
+  // A subnormal amax: amax / 448 underflows to 0, and compressed-tensors' eps rule applies.
+  KvCache cache(1, 1, 1, 4, 4, dynamic_spec(KvFormat::kFP8E4M3, KvScaleGranularity::kHead));
+  const std::vector<float> tiny = {1e-44f, 0.0f, -1e-45f, 0.0f};
+  cache.keys(0).write(0, 1, tiny.data());
+  const float s = cache.keys(0).scale(0);
+  EXPECT_GT(s, 0.0f);
+  EXPECT_TRUE(std::isfinite(s));
+  EXPECT_EQ(s, std::numeric_limits<float>::epsilon());
+  // nvfp4: 448 · 6 / (4 · 1e-44) is inf; generate_gparam's rule gives 1.
+  KvCache nv(1, 1, 1, 4, 4, dynamic_spec(KvFormat::kNVFP4, KvScaleGranularity::kHead));
+  nv.keys(0).write(0, 1, tiny.data());
+  EXPECT_EQ(nv.keys(0).global_scale(0), 1.0f);
+}
+
+TEST(DynamicKvScales, SpecRules) {
+  // Given scales are used as given; only empty ones are dynamic.
+  KvLayerScales ls;
+  ls.k_scale = {0.5f};
+  KvCache mixed(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kINT8, {ls}, KvScaleGranularity::kHead});
+  EXPECT_FALSE(mixed.keys(0).dynamic(0));
+  EXPECT_EQ(mixed.keys(0).scale(1), 0.5f);
+  EXPECT_TRUE(mixed.values(0).dynamic(1));
+  EXPECT_TRUE(mixed.has_dynamic_scales());
+  // A NaN given is still "not calibrated", dynamic or not.
+  ls.k_scale = {kNaN};
+  try {
+    KvCache bad(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kINT8, {ls}, KvScaleGranularity::kHead});
+    ADD_FAILURE() << "NaN scale accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("k_scale[0] is nan"), std::string::npos) << e.what();
+  }
+  // A zero point with a dynamic (symmetric) scale makes no sense.
+  KvLayerScales zp;
+  zp.v_zero_point = {3.0f};
+  try {
+    KvCache bad(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kINT4, {zp}, KvScaleGranularity::kTensor});
+    ADD_FAILURE() << "zero point with a dynamic scale accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("v_scale is dynamic"), std::string::npos) << e.what();
+  }
+  // Unscaled formats ignore the request; without it fp8 / int still need scales.
+  KvCache f16(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kF16, {}, KvScaleGranularity::kHead});
+  EXPECT_FALSE(f16.has_dynamic_scales());
+  EXPECT_EQ(f16.keys(0).scale(0), 1.0f);
+  EXPECT_THROW(KvCache(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kFP8E4M3, {}}), InvalidArgument);
+  EXPECT_TRUE(KvCache(1, 1, 2, 8, 4, KvFormat::kNVFP4).has_dynamic_scales());
+  EXPECT_EQ(kv_granularity_name(KvScaleGranularity::kTensor), "tensor");
+  EXPECT_EQ(kv_granularity_name(KvScaleGranularity::kHead), "head");
+}
+
+// On the tiny model: prefill fixes the scales from the prompt's k / v, and the run equals (bit
+// for bit) a run with those scales given as calibrated ones — dynamic only decides the scales.
+TEST(DynamicKvScales, ModelRunEqualsTheSameScalesGiven) {
+  const auto model = LlamaModel::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
+  const auto& c = model->config();
+  std::vector<std::int32_t> prompt, steps;
+  for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 5) % static_cast<int>(c.vocab_size));
+  for (int i = 0; i < 6; ++i) steps.push_back((i * 53 + 11) % static_cast<int>(c.vocab_size));
+  const auto cap = static_cast<std::int64_t>(prompt.size() + steps.size());
+  // The prompt's key amax per (layer, kv head), seen by key hooks (before the cache write)
+  // while `observe` is set: during the prefill of the dynamic run.
+  std::vector<std::vector<float>> k_amax;
+  bool observe = false;
+  std::vector<ScopedHook> hooks;
+  for (AttentionModule* m : model->attention_modules()) {
+    hooks.emplace_back(m->register_key_hook([&](AttentionModule& mod, StatesView s) {
+      if (!observe) return;
+      for (std::int64_t h = 0; h < s.heads; ++h)
+        for (std::int64_t t = 0; t < s.tokens; ++t)
+          for (std::int64_t i = 0; i < s.head_dim; ++i) {
+            float& a =
+                k_amax[static_cast<std::size_t>(mod.layer_idx())][static_cast<std::size_t>(h)];
+            a = std::max(a, std::fabs(s.row(0, h, t)[i]));
+          }
+    }));
+  }
+  for (KvFormat f : {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
+    for (KvScaleGranularity g : {KvScaleGranularity::kHead, KvScaleGranularity::kTensor}) {
+      const std::string name =
+          std::string(quant::kv_format_name(f)) + ":" + std::string(kv_granularity_name(g));
+      KvCache dyn = model->make_cache(1, cap, dynamic_spec(f, g));
+      std::vector<std::vector<float>> a;
+      const auto run = [&](KvCache& cache, std::vector<std::vector<float>>& out) {
+        k_amax.assign(static_cast<std::size_t>(c.num_hidden_layers),
+                      std::vector<float>(static_cast<std::size_t>(c.num_key_value_heads), 0.0f));
+        observe = true;
+        Tensor l = model->forward(prompt, cache);
+        observe = false;
+        out.emplace_back(l.f32(), l.f32() + l.numel());
+        for (std::int32_t t : steps) {
+          const std::int32_t one[1] = {t};
+          l = model->forward(one, cache);
+          out.emplace_back(l.f32(), l.f32() + l.numel());
+        }
+      };
+      run(dyn, a);
+      const auto prompt_amax = k_amax;
+      KvCacheSpec given{f, {}};
+      for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        KvLayerScales ls;
+        for (std::int64_t h = 0; h < c.num_key_value_heads; ++h) {
+          const float ks =
+              f == KvFormat::kNVFP4 ? dyn.keys(l).global_scale(h) : dyn.keys(l).scale(h);
+          const float vs =
+              f == KvFormat::kNVFP4 ? dyn.values(l).global_scale(h) : dyn.values(l).scale(h);
+          ASSERT_TRUE(std::isfinite(ks) && ks > 0 && std::isfinite(vs) && vs > 0) << name;
+          // Fixed by the prefill: the prompt's amax (the decode steps did not move it).
+          const auto& la = prompt_amax[static_cast<std::size_t>(l)];
+          const float amax = g == KvScaleGranularity::kTensor
+                                 ? *std::max_element(la.begin(), la.end())
+                                 : la[static_cast<std::size_t>(h)];
+          EXPECT_FLOAT_EQ(ks, f == KvFormat::kNVFP4 ? 448.0f * 6.0f / (kNvfp4DynamicHeadroom * amax)
+                                                    : ct_scale(f, amax))
+              << name << " layer " << l << " head " << h;
+          if (g == KvScaleGranularity::kTensor && h > 0) {
+            EXPECT_EQ(ks,
+                      f == KvFormat::kNVFP4 ? dyn.keys(l).global_scale(0) : dyn.keys(l).scale(0))
+                << name;
+          }
+          (f == KvFormat::kNVFP4 ? ls.k_global_scale : ls.k_scale).push_back(ks);
+          (f == KvFormat::kNVFP4 ? ls.v_global_scale : ls.v_scale).push_back(vs);
+        }
+        given.layers.push_back(ls);
+      }
+      KvCache cal = model->make_cache(1, cap, given);
+      EXPECT_FALSE(cal.has_dynamic_scales());
+      std::vector<std::vector<float>> b;
+      run(cal, b);
+      ASSERT_EQ(a.size(), b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << name << " step " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvq::model
