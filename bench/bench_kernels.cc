@@ -1,6 +1,8 @@
 // Kernel and engine micro-benchmarks (report, never assert):
 //   BM_Sgemm            OpenBLAS sgemm GFLOP/s (prefill-shaped: x [512, k] · Wᵀ)
+//   BM_SgemmBf16        the same with bf16 weights (row blocks widened to fp32, sgemm per block)
 //   BM_Gemv             decode GEMV, GB/s of weights read
+//   BM_GemvBf16         the same with bf16 weights (half the bytes per row)
 //   BM_DecodeAttention  one decode step of SmolLM2-shaped attention (9 heads, 3 KV heads,
 //                       head_dim 64) over the packed cache of every KvFormat, GB/s of packed K+V
 //                       read, contexts 512 / 2K / 8K / 16K, cache cycled over > 256 MiB (> L3)
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kvq/core/dtype.h"
 #include "kvq/kernels/cpu/attention.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/model/llama_model.h"
@@ -50,6 +53,52 @@ BENCHMARK(BM_Sgemm)
     ->Args({512, 576, 1536})
     ->Args({1024, 1024, 1024})
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_SgemmBf16(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const auto x = random_vector(static_cast<std::size_t>(m * k), 1);
+  const auto wf = random_vector(static_cast<std::size_t>(n * k), 2);
+  std::vector<std::uint16_t> w(wf.size());
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = kvq::f32_to_bf16(wf[i]);
+  std::vector<float> y(static_cast<std::size_t>(m * n));
+  for (auto _ : state) {
+    kvq::kernels::sgemm_xwt_bf16(x.data(), w.data(), y.data(), m, n, k);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) * 1e-9,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SgemmBf16)
+    ->Args({512, 576, 576})
+    ->Args({512, 1536, 576})
+    ->Args({512, 576, 1536})
+    ->Args({16, 1536, 576})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_GemvBf16(benchmark::State& state) {
+  const std::int64_t n = state.range(0), k = state.range(1);
+  // As BM_Gemv: > 256 MiB of weights cycled, so these are DRAM numbers.
+  const std::int64_t copies = std::max<std::int64_t>(1, (256ll << 20) / (n * k * 2));
+  const auto wf = random_vector(static_cast<std::size_t>(n * k), 3);
+  std::vector<std::uint16_t> w(static_cast<std::size_t>(copies * n * k));
+  for (std::size_t j = 0; j < w.size(); ++j) w[j] = kvq::f32_to_bf16(wf[j % wf.size()]);
+  const auto x = random_vector(static_cast<std::size_t>(k), 4);
+  std::vector<float> y(static_cast<std::size_t>(n));
+  std::int64_t i = 0;
+  for (auto _ : state) {
+    kvq::kernels::gemv_bf16(w.data() + (i++ % copies) * n * k, x.data(), y.data(), n, k);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * k * 2);
+}
+BENCHMARK(BM_GemvBf16)
+    ->Args({576, 576})
+    ->Args({1536, 576})
+    ->Args({576, 1536})
+    ->Args({49152, 576})
     ->UseRealTime();
 
 void BM_Gemv(benchmark::State& state) {

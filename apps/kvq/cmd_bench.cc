@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/kv_cache_option.h"
@@ -20,22 +21,31 @@ struct BenchArgs {
   std::string model_dir;
   eval::BenchOptions options;
   std::vector<std::string> kv_caches = {"auto"};
+  std::vector<std::string> weights = {"f32"};
   bool no_machine = false, json = false;
 };
 
 void run_bench_cmd(BenchArgs& a) {
   std::vector<eval::KvCacheOption> kv_options;
   for (const std::string& s : a.kv_caches) kv_options.push_back(eval::parse_kv_cache_option(s));
+  std::vector<DType> weight_dtypes;
+  for (const std::string& s : a.weights) weight_dtypes.push_back(model::parse_weight_dtype(s));
   a.options.machine = !a.no_machine;
-  // The tokenizer is not needed; a quantized checkpoint's quantization is.
-  lifecycle::QuantizedModel q = lifecycle::QuantizedModel::load(a.model_dir);
+  // The tokenizer is not needed; a quantized checkpoint's quantization is. One model per weight
+  // dtype, all loaded up front so run_bench measures them side by side.
+  std::vector<lifecycle::QuantizedModel> loaded;
+  std::vector<eval::BenchModel> models;
+  for (DType w : weight_dtypes) {
+    loaded.push_back(lifecycle::QuantizedModel::load(a.model_dir, model::LoadOptions{w}));
+    models.push_back({loaded.back().model.get(), loaded.back().lifecycle.get()});
+  }
   a.options.kv_caches.clear();
   for (const eval::KvCacheOption& o : kv_options) {
-    a.options.kv_caches.push_back(eval::resolve_kv_cache(o, q.lifecycle.get(), a.model_dir));
+    a.options.kv_caches.push_back(
+        eval::resolve_kv_cache(o, loaded.front().lifecycle.get(), a.model_dir));
   }
   log::info("benchmarking {} ({} repeats)", a.model_dir, a.options.repeats);
-  const eval::BenchReport report =
-      eval::run_bench(*q.model, a.options, a.model_dir, q.lifecycle.get());
+  const eval::BenchReport report = eval::run_bench(models, a.options, a.model_dir);
   if (a.json) {
     std::printf("%s\n", eval::bench_json(report).dump(2).c_str());
   } else {
@@ -57,6 +67,7 @@ void register_bench(CLI::App& app) {
       "Examples:\n"
       "  kvq bench --model M --kv-cache f32,bf16,fp8,int8,int4,nvfp4 --contexts 512,8192\n"
       "  kvq bench --model M --kv-cache fp8:tensor,fp8:head --threads 1 --no-machine\n"
+      "  kvq bench --model M --weights f32,bf16 --threads 1 --contexts 512,8192\n"
       "  kvq bench --model M-kv-fp8-head --kv-cache auto,fake");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--prefill", a->options.prefill_tokens, "Prompt length for the prefill timing")
@@ -72,6 +83,11 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--decode-steps", a->options.decode_steps, "Decode steps timed per repeat")
       ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_caches, eval::kv_cache_flag_help(true))
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--weights", a->weights,
+                  "Weight dtypes, comma-separated: f32, bf16 (Linear weights and embeddings\n"
+                  "converted to bf16 at load; fp32 arithmetic). Each is loaded and run in turn")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--no-machine", a->no_machine, "Skip the DRAM bandwidth and sgemm measurements");

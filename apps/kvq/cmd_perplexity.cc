@@ -18,7 +18,7 @@ namespace kvq::cli {
 namespace {
 
 struct PerplexityArgs {
-  std::string model_dir, text_file, kv_cache = "auto";
+  std::string model_dir, text_file, kv_cache = "auto", weights = "f32";
   std::int64_t ctx = 2048, stride = 0, max_windows = 0, batch = 1;
   bool json = false;
 };
@@ -30,11 +30,12 @@ void run_perplexity(const PerplexityArgs& a) {
   opt.max_windows = a.max_windows;
   opt.batch = a.batch;
   const eval::KvCacheOption kv_option = eval::parse_kv_cache_option(a.kv_cache);
+  const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
   eval::plan_windows(2, opt.ctx, opt.stride, opt.max_windows);  // flag checks before loading
   if (opt.batch < 1) fail<InvalidArgument>("--batch must be >= 1, got {}", opt.batch);
 
   const std::string text = eval::read_file_bytes(a.text_file);
-  eval::ModelSource src = eval::open_model_source(a.model_dir, /*with_quantization=*/true);
+  eval::ModelSource src = eval::open_model_source(a.model_dir, /*with_quantization=*/true, load);
   const eval::KvCacheChoice kv =
       eval::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
   eval::apply_kv_cache_choice(kv, src.lifecycle.get());
@@ -61,6 +62,7 @@ void run_perplexity(const PerplexityArgs& a) {
     j["text_tokens"] = ids.size();
     j["ctx"] = opt.ctx;
     j["stride"] = opt.stride;
+    j["weights"] = a.weights;
     j.update(kv.to_json());
     j["kv_bytes_per_token"] = kv_bytes;
     j["ppl"] = r.ppl;
@@ -76,10 +78,10 @@ void run_perplexity(const PerplexityArgs& a) {
   } else {
     std::printf("%s\n",
                 fmt::format("PPL {:.4f}  (mean NLL {:.6f} nats over {} scored tokens; {} windows "
-                            "of ctx {}, stride {}; {:.1f} s, {:.0f} tok/s; KV cache {}: {} "
-                            "bytes/token)",
+                            "of ctx {}, stride {}; {:.1f} s, {:.0f} tok/s; {} weights; KV cache "
+                            "{}: {} bytes/token)",
                             r.ppl, r.nll_mean, r.tokens_scored, r.windows, opt.ctx, opt.stride,
-                            r.seconds, r.tokens_per_second, kv.describe(), kv_bytes)
+                            r.seconds, r.tokens_per_second, a.weights, kv.describe(), kv_bytes)
                     .c_str());
   }
 }
@@ -101,6 +103,7 @@ void register_perplexity(CLI::App& app) {
       "Examples:\n"
       "  kvq perplexity --model M --text wiki.test.raw --max-windows 8\n"
       "  kvq perplexity --model M --text wiki.test.raw --max-windows 8 --kv-cache int4:head\n"
+      "  kvq perplexity --model M --text wiki.test.raw --max-windows 8 --weights bf16\n"
       "  kvq perplexity --model M-kv-fp8-head --text wiki.test.raw --kv-cache fake");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--text", a->text_file, "UTF-8 text file (e.g. wikitext-2-raw wiki.test.raw)")
@@ -113,6 +116,10 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "Windows of equal length evaluated per forward")
       ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_cache, eval::kv_cache_flag_help(false))
+      ->capture_default_str();
+  cmd->add_option("--weights", a->weights,
+                  "Weight dtype: f32, or bf16 (Linear weights and embeddings converted to bf16 at\n"
+                  "load, half the bytes per decode step; activations and sums stay fp32)")
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the result as JSON");
   cmd->callback([a] { run_perplexity(*a); });

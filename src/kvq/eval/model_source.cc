@@ -31,7 +31,8 @@ std::vector<std::int64_t> ModelSource::chat_stop_ids() const {
   return ids;
 }
 
-ModelSource open_model_source(const std::filesystem::path& model_dir, bool with_quantization) {
+ModelSource open_model_source(const std::filesystem::path& model_dir, bool with_quantization,
+                              const model::LoadOptions& options) {
   if (!std::filesystem::is_directory(model_dir)) {
     fail<IoError>(
         "{}: not a model directory (expected config.json, *.safetensors, "
@@ -41,11 +42,11 @@ ModelSource open_model_source(const std::filesystem::path& model_dir, bool with_
   ModelSource src;
   src.dir = model_dir;
   if (with_quantization) {
-    lifecycle::QuantizedModel q = lifecycle::QuantizedModel::load(model_dir);
+    lifecycle::QuantizedModel q = lifecycle::QuantizedModel::load(model_dir, options);
     src.model = std::move(q.model);
     src.lifecycle = std::move(q.lifecycle);
   } else {
-    src.model = model::LlamaModel::load(model_dir);
+    src.model = model::LlamaModel::load(model_dir, options);
   }
   src.tokenizer.emplace(tok::Tokenizer::from_dir(model_dir));
   src.generation = io::load_generation_config(model_dir);

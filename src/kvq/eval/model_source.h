@@ -38,9 +38,11 @@ struct ModelSource {
 // Loads model_dir (config.json, safetensors, tokenizer.json, optional generation_config.json).
 // with_quantization: also restores a quantized checkpoint's quantization_config and scales
 // (lifecycle::QuantizedModel::load). Errors name the directory (see LlamaModel::load,
-// lifecycle::load_quantized and Tokenizer::from_dir).
+// lifecycle::load_quantized and Tokenizer::from_dir). `options`: the weight dtype
+// (model::LoadOptions).
 ModelSource open_model_source(const std::filesystem::path& model_dir,
-                              bool with_quantization = false);
+                              bool with_quantization = false,
+                              const model::LoadOptions& options = {});
 
 // The whole file as bytes (no newline conversion). IoError naming the path.
 std::string read_file_bytes(const std::filesystem::path& path);

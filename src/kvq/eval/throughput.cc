@@ -104,9 +104,11 @@ ModelCost model_cost(const model::LlamaModel& model) {
                                  + q * c.hidden_size                         // o_proj
                                  + 3 * c.hidden_size * c.intermediate_size;  // gate, up, down
   ModelCost cost;
+  cost.weights = std::string(model::weight_dtype_label(model.weight_dtype()));
   cost.linear_params = per_layer * c.num_hidden_layers;
   cost.lm_head_params = c.vocab_size * c.hidden_size;
-  cost.weight_bytes = (cost.linear_params + cost.lm_head_params) * 4;  // weights are fp32
+  cost.weight_bytes = (cost.linear_params + cost.lm_head_params) *
+                      static_cast<std::int64_t>(dtype_size(model.weight_dtype()));
   return cost;
 }
 
@@ -122,8 +124,16 @@ TimeStats time_stats(std::vector<double> seconds) {
 
 BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std::string model_name,
                       lifecycle::QuantizationLifecycle* lifecycle) {
-  if (options.contexts.empty() || options.threads.empty() || options.kv_caches.empty()) {
-    fail<InvalidArgument>("bench: --contexts, --threads and --kv-cache need at least one value");
+  const BenchModel one{&model, lifecycle};
+  return run_bench(std::span<const BenchModel>(&one, 1), options, std::move(model_name));
+}
+
+BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& options,
+                      std::string model_name) {
+  if (options.contexts.empty() || options.threads.empty() || options.kv_caches.empty() ||
+      models.empty()) {
+    fail<InvalidArgument>(
+        "bench: --contexts, --threads, --kv-cache and --weights need at least one value");
   }
   if (options.prefill_tokens < 1) fail<InvalidArgument>("bench: --prefill must be >= 1");
   if (options.repeats < 1) fail<InvalidArgument>("bench: --repeats must be >= 1");
@@ -134,12 +144,14 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std
   for (int t : options.threads) {
     if (t < 1) fail<InvalidArgument>("bench: thread counts must be >= 1, got {}", t);
   }
-  const std::int64_t vocab = model.config().vocab_size;
+  const model::LlamaModel& first = *models.front().model;
+  const std::int64_t vocab = first.config().vocab_size;
   BenchReport rep;
   rep.model = std::move(model_name);
-  rep.cost = model_cost(model);
+  for (const BenchModel& bm : models) rep.costs.push_back(model_cost(*bm.model));
+  rep.cost = rep.costs.front();
   for (const KvCacheChoice& kv : options.kv_caches) {
-    rep.kv_bytes_per_token.emplace_back(kv.label, kv_bytes_per_token(model, kv));
+    rep.kv_bytes_per_token.emplace_back(kv.label, kv_bytes_per_token(first, kv));
     rep.kv_caches.push_back(kv);
   }
   const int saved_threads = num_threads();
@@ -156,57 +168,63 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std
       log::info("bench: {} threads: DRAM read {:.1f} GB/s, sgemm {:.1f} GFLOP/s", threads,
                 mrow.dram_read_gbs, mrow.sgemm_gflops);
     }
-    for (const KvCacheChoice& kv : options.kv_caches) {
-      apply_kv_cache_choice(kv, lifecycle);
-      // Prefill: one warm-up, then `repeats` timed runs from an empty cache.
-      model::KvCache cache = model.make_cache(1, options.prefill_tokens, kv.spec);
-      std::vector<double> times;
-      for (int r = -1; r < options.repeats; ++r) {
-        cache.reset();
-        const auto t0 = Clock::now();
-        model.forward(prompt, cache, model::LogitsMode::kLast);
-        if (r >= 0) times.push_back(seconds_since(t0));
-      }
-      PrefillRow p;
-      p.threads = threads;
-      p.kv = kv.label;
-      p.tokens = options.prefill_tokens;
-      p.seconds = time_stats(times);
-      p.tok_s_best = p.tokens / p.seconds.min;
-      p.tok_s_median = p.tokens / p.seconds.median;
-      p.gflops_best = prefill_gflop(rep.cost, p.tokens) / p.seconds.min;
-      if (mrow.sgemm_gflops > 0) p.sgemm_fraction = p.gflops_best / mrow.sgemm_gflops;
-      rep.prefill.push_back(p);
-      log::info("bench: {} threads, {} KV: prefill {:.1f} tok/s (best)", threads, kv.label,
-                p.tok_s_best);
-
-      for (std::int64_t context : options.contexts) {
-        model::KvCache dcache = model.make_cache(1, context + options.decode_steps, kv.spec);
-        fill_cache_synthetic(dcache, context);
-        std::vector<double> per_token;
+    for (std::size_t mi = 0; mi < models.size(); ++mi) {
+      model::LlamaModel& model = *models[mi].model;
+      const ModelCost& cost = rep.costs[mi];
+      for (const KvCacheChoice& kv : options.kv_caches) {
+        apply_kv_cache_choice(kv, models[mi].lifecycle);
+        // Prefill: one warm-up, then `repeats` timed runs from an empty cache.
+        model::KvCache cache = model.make_cache(1, options.prefill_tokens, kv.spec);
+        std::vector<double> times;
         for (int r = -1; r < options.repeats; ++r) {
-          dcache.truncate(context);
+          cache.reset();
           const auto t0 = Clock::now();
-          for (std::int64_t s = 0; s < options.decode_steps; ++s) {
-            model.forward(std::span<const std::int32_t>(decode_ids.data() + s, 1), dcache,
-                          model::LogitsMode::kLast);
-          }
-          if (r >= 0) per_token.push_back(seconds_since(t0) / options.decode_steps);
+          model.forward(prompt, cache, model::LogitsMode::kLast);
+          if (r >= 0) times.push_back(seconds_since(t0));
         }
-        DecodeRow d;
-        d.threads = threads;
-        d.kv = kv.label;
-        d.context = context;
-        d.steps = options.decode_steps;
-        d.seconds_per_token = time_stats(per_token);
-        d.tok_s_best = 1.0 / d.seconds_per_token.min;
-        d.tok_s_median = 1.0 / d.seconds_per_token.median;
-        d.bytes_per_token = rep.cost.weight_bytes + dcache.bytes_per_token() * context;
-        d.gbs_best = static_cast<double>(d.bytes_per_token) * d.tok_s_best / 1e9;
-        if (mrow.dram_read_gbs > 0) d.dram_fraction = d.gbs_best / mrow.dram_read_gbs;
-        rep.decode.push_back(d);
-        log::info("bench: {} threads, {} KV, context {}: decode {:.1f} tok/s (best)", threads,
-                  kv.label, context, d.tok_s_best);
+        PrefillRow p;
+        p.threads = threads;
+        p.weights = cost.weights;
+        p.kv = kv.label;
+        p.tokens = options.prefill_tokens;
+        p.seconds = time_stats(times);
+        p.tok_s_best = p.tokens / p.seconds.min;
+        p.tok_s_median = p.tokens / p.seconds.median;
+        p.gflops_best = prefill_gflop(cost, p.tokens) / p.seconds.min;
+        if (mrow.sgemm_gflops > 0) p.sgemm_fraction = p.gflops_best / mrow.sgemm_gflops;
+        rep.prefill.push_back(p);
+        log::info("bench: {} threads, {} weights, {} KV: prefill {:.1f} tok/s (best)", threads,
+                  cost.weights, kv.label, p.tok_s_best);
+
+        for (std::int64_t context : options.contexts) {
+          model::KvCache dcache = model.make_cache(1, context + options.decode_steps, kv.spec);
+          fill_cache_synthetic(dcache, context);
+          std::vector<double> per_token;
+          for (int r = -1; r < options.repeats; ++r) {
+            dcache.truncate(context);
+            const auto t0 = Clock::now();
+            for (std::int64_t s = 0; s < options.decode_steps; ++s) {
+              model.forward(std::span<const std::int32_t>(decode_ids.data() + s, 1), dcache,
+                            model::LogitsMode::kLast);
+            }
+            if (r >= 0) per_token.push_back(seconds_since(t0) / options.decode_steps);
+          }
+          DecodeRow d;
+          d.threads = threads;
+          d.weights = cost.weights;
+          d.kv = kv.label;
+          d.context = context;
+          d.steps = options.decode_steps;
+          d.seconds_per_token = time_stats(per_token);
+          d.tok_s_best = 1.0 / d.seconds_per_token.min;
+          d.tok_s_median = 1.0 / d.seconds_per_token.median;
+          d.bytes_per_token = cost.weight_bytes + dcache.bytes_per_token() * context;
+          d.gbs_best = static_cast<double>(d.bytes_per_token) * d.tok_s_best / 1e9;
+          if (mrow.dram_read_gbs > 0) d.dram_fraction = d.gbs_best / mrow.dram_read_gbs;
+          rep.decode.push_back(d);
+          log::info("bench: {} threads, {} weights, {} KV, context {}: decode {:.1f} tok/s (best)",
+                    threads, cost.weights, kv.label, context, d.tok_s_best);
+        }
       }
     }
   }
@@ -217,9 +235,14 @@ BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std
 std::string bench_markdown(const BenchReport& r) {
   std::string s;
   s += fmt::format(
-      "Model: {} — {:.1f} M linear + {:.1f} M lm_head parameters, {:.1f} MB fp32 "
-      "weights read per decode step\n\n",
-      r.model, r.cost.linear_params / 1e6, r.cost.lm_head_params / 1e6, r.cost.weight_bytes / 1e6);
+      "Model: {} — {:.1f} M linear + {:.1f} M lm_head parameters; weights read per "
+      "decode step:",
+      r.model, r.cost.linear_params / 1e6, r.cost.lm_head_params / 1e6);
+  for (std::size_t i = 0; i < r.costs.size(); ++i) {
+    s += fmt::format("{} {:.1f} MB {}", i ? "," : "", r.costs[i].weight_bytes / 1e6,
+                     r.costs[i].weights);
+  }
+  s += "\n\n";
   s += "KV cache bytes per token:";
   for (const auto& [kv, bytes] : r.kv_bytes_per_token) {
     s += fmt::format(" {} {} B;", kv, bytes);
@@ -240,21 +263,23 @@ std::string bench_markdown(const BenchReport& r) {
     }
     s += "\n";
   }
-  s += "| threads | kv | prefill tokens | ms min | ms median | tok/s best | tok/s median | "
-       "GFLOP/s best | of sgemm peak |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  s += "| threads | weights | kv | prefill tokens | ms min | ms median | tok/s best | tok/s median "
+       "| GFLOP/s best | of sgemm peak |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const PrefillRow& p : r.prefill) {
-    s += fmt::format("| {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% |\n",
-                     p.threads, p.kv, p.tokens, p.seconds.min * 1e3, p.seconds.median * 1e3,
-                     p.tok_s_best, p.tok_s_median, p.gflops_best, p.sgemm_fraction * 100);
+    s += fmt::format(
+        "| {} | {} | {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% |\n", p.threads,
+        p.weights, p.kv, p.tokens, p.seconds.min * 1e3, p.seconds.median * 1e3, p.tok_s_best,
+        p.tok_s_median, p.gflops_best, p.sgemm_fraction * 100);
   }
-  s += "\n| threads | kv | context | ms/token min | ms/token median | tok/s best | tok/s median "
-       "| MB read/token | GB/s best | of DRAM read |\n"
-       "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  s += "\n| threads | weights | kv | context | ms/token min | ms/token median | tok/s best | "
+       "tok/s median | MB read/token | GB/s best | of DRAM read |\n"
+       "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const DecodeRow& d : r.decode) {
     s += fmt::format(
-        "| {} | {} | {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% |\n",
-        d.threads, d.kv, d.context, d.seconds_per_token.min * 1e3, d.seconds_per_token.median * 1e3,
-        d.tok_s_best, d.tok_s_median, d.bytes_per_token / 1e6, d.gbs_best, d.dram_fraction * 100);
+        "| {} | {} | {} | {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% |\n",
+        d.threads, d.weights, d.kv, d.context, d.seconds_per_token.min * 1e3,
+        d.seconds_per_token.median * 1e3, d.tok_s_best, d.tok_s_median, d.bytes_per_token / 1e6,
+        d.gbs_best, d.dram_fraction * 100);
   }
   return s;
 }
@@ -265,6 +290,10 @@ nlohmann::json bench_json(const BenchReport& r) {
   j["linear_params"] = r.cost.linear_params;
   j["lm_head_params"] = r.cost.lm_head_params;
   j["weight_bytes"] = r.cost.weight_bytes;
+  j["weights"] = nlohmann::json::array();
+  for (const ModelCost& c : r.costs) {
+    j["weights"].push_back({{"weights", c.weights}, {"weight_bytes", c.weight_bytes}});
+  }
   for (const auto& [kv, bytes] : r.kv_bytes_per_token) {
     j["kv_bytes_per_token"][kv] = bytes;
   }
@@ -283,6 +312,7 @@ nlohmann::json bench_json(const BenchReport& r) {
   j["prefill"] = nlohmann::json::array();
   for (const PrefillRow& p : r.prefill) {
     j["prefill"].push_back({{"threads", p.threads},
+                            {"weights", p.weights},
                             {"kv", p.kv},
                             {"tokens", p.tokens},
                             {"seconds_min", p.seconds.min},
@@ -295,6 +325,7 @@ nlohmann::json bench_json(const BenchReport& r) {
   j["decode"] = nlohmann::json::array();
   for (const DecodeRow& d : r.decode) {
     j["decode"].push_back({{"threads", d.threads},
+                           {"weights", d.weights},
                            {"kv", d.kv},
                            {"context", d.context},
                            {"steps", d.steps},

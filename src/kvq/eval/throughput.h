@@ -12,15 +12,17 @@
 //            format on a plain model) are fixed by that fill, from its amax (~1): finite,
 //            > 0, the same for every format; the timed tokens' own k/v then saturate at the
 //            fill's range, which does not change the work per token. Prefill fixes them from
-//            the prompt, as `kvq generate` does. GB/s = (fp32 weight bytes of every linear +
-//            lm_head + KV bytes of `context` tokens) · tokens/s: the bytes one decode step must
-//            read at least.
+//            the prompt, as `kvq generate` does. GB/s = (weight bytes of every linear + lm_head
+//            in the model's weight dtype, fp32 or bf16 + KV bytes of `context` tokens) ·
+//            tokens/s: the bytes one decode step must read at least.
 // Every figure is taken `repeats` times; min and median are reported (times, so the best
-// throughput is the one of the min time).
+// throughput is the one of the min time). Several models (the same checkpoint loaded with f32
+// and bf16 weights) run in one report, side by side for each thread count.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,9 +47,10 @@ double measure_dram_read_gbs(std::size_t bytes = std::size_t{1} << 30, int repea
 double measure_sgemm_gflops(int n = 1024, int repeats = 3);
 
 struct ModelCost {
+  std::string weights = "f32";      // the weight dtype (model::weight_dtype_label)
   std::int64_t linear_params = 0;   // q, k, v, o, gate, up, down over all layers
   std::int64_t lm_head_params = 0;  // vocab × hidden
-  std::int64_t weight_bytes = 0;    // fp32 bytes of the above: read once per decode step
+  std::int64_t weight_bytes = 0;    // bytes of the above in that dtype: read once per decode step
 };
 ModelCost model_cost(const model::LlamaModel& model);
 
@@ -72,7 +75,8 @@ struct MachineRow {
 };
 struct PrefillRow {
   int threads = 0;
-  std::string kv = "f32";  // KvCacheChoice::label
+  std::string weights = "f32";  // ModelCost::weights
+  std::string kv = "f32";       // KvCacheChoice::label
   std::int64_t tokens = 0;
   TimeStats seconds;
   double tok_s_best = 0.0, tok_s_median = 0.0;
@@ -81,18 +85,20 @@ struct PrefillRow {
 };
 struct DecodeRow {
   int threads = 0;
-  std::string kv = "f32";  // KvCacheChoice::label
+  std::string weights = "f32";  // ModelCost::weights
+  std::string kv = "f32";       // KvCacheChoice::label
   std::int64_t context = 0, steps = 0;
   TimeStats seconds_per_token;
   double tok_s_best = 0.0, tok_s_median = 0.0;
-  std::int64_t bytes_per_token = 0;  // weights + KV of `context` tokens
+  std::int64_t bytes_per_token = 0;  // weights (in their dtype) + KV of `context` tokens
   double gbs_best = 0.0;
   double dram_fraction = 0.0;  // gbs_best / measured DRAM read bandwidth (0 when not measured)
 };
 
 struct BenchReport {
   std::string model;
-  ModelCost cost;
+  ModelCost cost;                // of the first model
+  std::vector<ModelCost> costs;  // of every model, in run order
   std::vector<std::pair<std::string, std::int64_t>> kv_bytes_per_token;  // (label, bytes)
   std::vector<KvCacheChoice> kv_caches;                                  // as run, in options order
   std::vector<MachineRow> machine;
@@ -100,9 +106,18 @@ struct BenchReport {
   std::vector<DecodeRow> decode;
 };
 
-// Runs every (threads, kv cache) combination; restores the thread count it found. `lifecycle`:
-// the quantized checkpoint's (its k/v fake quantization is set per choice), or null.
+// One model to run: `lifecycle` is the quantized checkpoint's (its k/v fake quantization is set
+// per KV cache choice), or null.
+struct BenchModel {
+  model::LlamaModel* model = nullptr;
+  lifecycle::QuantizationLifecycle* lifecycle = nullptr;
+};
+
+// Runs every (threads, model, kv cache) combination, in that nesting; restores the thread count
+// it found. The models must share one config (the kv cache choices are resolved once).
 // InvalidArgument for empty lists, non-positive sizes, threads < 1, repeats < 1.
+BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& options,
+                      std::string model_name);
 BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std::string model_name,
                       lifecycle::QuantizationLifecycle* lifecycle = nullptr);
 

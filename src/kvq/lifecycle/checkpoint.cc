@@ -253,9 +253,9 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
   return lc;
 }
 
-QuantizedModel QuantizedModel::load(const fs::path& model_dir) {
+QuantizedModel QuantizedModel::load(const fs::path& model_dir, const model::LoadOptions& options) {
   QuantizedModel out;
-  out.model = model::LlamaModel::load(model_dir);
+  out.model = model::LlamaModel::load(model_dir, options);
   const nlohmann::json raw = io::read_json_file(model_dir / "config.json");
   if (raw.contains("quantization_config") || raw.contains("compression_config"))
     out.lifecycle = load_quantized(*out.model, model_dir);

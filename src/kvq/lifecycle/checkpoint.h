@@ -47,10 +47,12 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
                                                       const std::filesystem::path& model_dir);
 
 // A model and its quantization loaded together (lifecycle is null for an unquantized dir).
+// `options` picks the weight dtype (model::LoadOptions); the quantization does not depend on it.
 struct QuantizedModel {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<QuantizationLifecycle> lifecycle;  // destroyed before the model
-  static QuantizedModel load(const std::filesystem::path& model_dir);
+  static QuantizedModel load(const std::filesystem::path& model_dir,
+                             const model::LoadOptions& options = {});
 };
 
 }  // namespace kvq::lifecycle

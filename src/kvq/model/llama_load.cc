@@ -6,12 +6,13 @@
 
 namespace kvq::model {
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& model_dir) {
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& model_dir,
+                                             const LoadOptions& options) {
   const io::ModelConfig config = io::load_model_config(model_dir);
   const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
   std::map<std::string, Tensor> weights;
   for (const std::string& name : st.names()) weights.emplace(name, st.tensor(name));
-  return from_weights(config, weights, model_dir.string());
+  return from_weights(config, weights, model_dir.string(), options);
 }
 
 }  // namespace kvq::model

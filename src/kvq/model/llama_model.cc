@@ -11,24 +11,86 @@
 
 namespace kvq::model {
 
+namespace {
+
+// A Linear weight [out, in] as the model stores it: exactly one of the pointers is set.
+struct LinearWeight {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;  // bf16 bits
+};
+
+LinearWeight linear_weight(const Tensor& t) {
+  if (t.dtype() == DType::kBF16) return {nullptr, static_cast<const std::uint16_t*>(t.data())};
+  return {t.f32(), nullptr};
+}
+
+// y [m, n] = x [m, k] · Wᵀ.
+void apply_linear(const float* x, const LinearWeight& w, float* y, std::int64_t m, std::int64_t n,
+                  std::int64_t k) {
+  if (w.bf16) {
+    kernels::linear_bf16(x, w.bf16, y, m, n, k);
+  } else {
+    kernels::linear(x, w.f32, y, m, n, k);
+  }
+}
+
+}  // namespace
+
 struct LlamaModel::Layer {
   AttentionModule* attn = nullptr;
-  const float* wq = nullptr;         // [heads * head_dim, hidden]
-  const float* wk = nullptr;         // [kv_heads * head_dim, hidden]
-  const float* wv = nullptr;         // [kv_heads * head_dim, hidden]
-  const float* wo = nullptr;         // [hidden, heads * head_dim]
-  const float* w_gate = nullptr;     // [intermediate, hidden]
-  const float* w_up = nullptr;       // [intermediate, hidden]
-  const float* w_down = nullptr;     // [hidden, intermediate]
+  LinearWeight wq;                   // [heads * head_dim, hidden]
+  LinearWeight wk;                   // [kv_heads * head_dim, hidden]
+  LinearWeight wv;                   // [kv_heads * head_dim, hidden]
+  LinearWeight wo;                   // [hidden, heads * head_dim]
+  LinearWeight w_gate;               // [intermediate, hidden]
+  LinearWeight w_up;                 // [intermediate, hidden]
+  LinearWeight w_down;               // [hidden, intermediate]
   const float* in_norm = nullptr;    // [hidden]
   const float* post_norm = nullptr;  // [hidden]
 };
 
+DType parse_weight_dtype(std::string_view name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  fail<InvalidArgument>("unknown weight dtype '{}' (expected f32 or bf16)", name);
+}
+
+std::string_view weight_dtype_label(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    default:
+      return dtype_name(dtype);
+  }
+}
+
 namespace {
 
-// The tensor `name` as fp32 with the expected shape; F32 stays a zero-copy view.
+// How build() stores one tensor.
+enum class Storage {
+  kF32View,  // fp32; an F32 tensor stays a zero-copy view (of the mmap)
+  kF32Own,   // fp32 in memory the model owns (bf16 mode: lets the mmap go)
+  kBF16,     // bf16, rounded to nearest even from fp32 (a BF16 tensor is kept as it is)
+};
+
+// `t` rounded to bf16 (round to nearest even), in a tensor of its own.
+Tensor to_bf16(const Tensor& t) {
+  if (t.dtype() == DType::kBF16) return t;
+  const Tensor f = t.dtype() == DType::kF32 ? t : t.to_f32();
+  Tensor out(DType::kBF16, f.shape());
+  const float* src = f.f32();
+  auto* dst = static_cast<std::uint16_t*>(out.mutable_data());
+  const std::int64_t n = f.numel();
+#pragma omp parallel for schedule(static) if (n >= (1 << 20))
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+  return out;
+}
+
+// The tensor `name` with the expected shape, stored as `storage` asks.
 Tensor take_weight(const std::map<std::string, Tensor>& weights, const std::string& name,
-                   const Shape& shape, const std::string& source) {
+                   const Shape& shape, const std::string& source, Storage storage) {
   auto it = weights.find(name);
   if (it == weights.end()) fail<ConfigError>("{}: missing tensor '{}'", source, name);
   const Tensor& t = it->second;
@@ -40,7 +102,15 @@ Tensor take_weight(const std::map<std::string, Tensor>& weights, const std::stri
     fail<FormatError>("{}: tensor '{}' has dtype {}, expected a float type", source, name,
                       dtype_name(t.dtype()));
   }
-  return t.dtype() == DType::kF32 ? t : t.to_f32();
+  switch (storage) {
+    case Storage::kF32View:
+      return t.dtype() == DType::kF32 ? t : t.to_f32();
+    case Storage::kF32Own:
+      return t.dtype() == DType::kF32 ? t.clone() : t.to_f32();
+    case Storage::kBF16:
+      return to_bf16(t);
+  }
+  return t.to_f32();
 }
 
 void validate_config(const io::ModelConfig& c, const std::string& source) {
@@ -71,16 +141,25 @@ LlamaModel::~LlamaModel() = default;
 
 std::unique_ptr<LlamaModel> LlamaModel::from_weights(const io::ModelConfig& config,
                                                      const std::map<std::string, Tensor>& weights,
-                                                     std::string source_name) {
+                                                     std::string source_name,
+                                                     const LoadOptions& options) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
-  m->build(config, weights, source_name);
+  m->build(config, weights, source_name, options);
   return m;
 }
 
 void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
-                       const std::string& source) {
+                       const std::string& source, const LoadOptions& options) {
+  if (options.weights != DType::kF32 && options.weights != DType::kBF16) {
+    fail<InvalidArgument>("{}: weights can be loaded as f32 or bf16, not {}", source,
+                          dtype_name(options.weights));
+  }
   validate_config(config, source);
   config_ = config;
+  weight_dtype_ = options.weights;
+  const bool bf16 = options.weights == DType::kBF16;
+  const Storage matrix = bf16 ? Storage::kBF16 : Storage::kF32View;
+  const Storage vector = bf16 ? Storage::kF32Own : Storage::kF32View;
   inv_freq_ = rope_inv_freq(config);
   const std::int64_t hid = config.hidden_size, inter = config.intermediate_size;
   const std::int64_t d = config.head_dim;
@@ -88,12 +167,12 @@ void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string
 
   auto linear = [&](Module* parent, const std::string& name, const Shape& shape) {
     Module* m = parent->add_child(make_module(name, linear_classes()));
-    m->set_weight(take_weight(weights, name + ".weight", shape, source));
-    return m;
+    m->set_weight(take_weight(weights, name + ".weight", shape, source, matrix));
+    return linear_weight(m->weight());
   };
   auto rms_norm = [&](Module* parent, const std::string& name) {
     Module* m = parent->add_child(make_module(name, rms_norm_classes()));
-    m->set_weight(take_weight(weights, name + ".weight", {hid}, source));
+    m->set_weight(take_weight(weights, name + ".weight", {hid}, source, vector));
     return m;
   };
 
@@ -101,7 +180,7 @@ void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string
   Module* model = root_->add_child(make_module("model", llama_model_classes()));
   embed_ = model->add_child(make_module("model.embed_tokens", embedding_classes()));
   embed_->set_weight(
-      take_weight(weights, "model.embed_tokens.weight", {config.vocab_size, hid}, source));
+      take_weight(weights, "model.embed_tokens.weight", {config.vocab_size, hid}, source, matrix));
   Module* list = model->add_child(make_module("model.layers", module_list_classes()));
   layers_.resize(static_cast<std::size_t>(config.num_hidden_layers));
   for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
@@ -110,14 +189,14 @@ void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string
     Module* layer = list->add_child(make_module(p, decoder_layer_classes()));
     L.attn = layer->add_child(std::make_unique<AttentionModule>(
         p + ".self_attn", l, config.num_attention_heads, config.num_key_value_heads, d));
-    L.wq = linear(L.attn, p + ".self_attn.q_proj", {qdim, hid})->weight().f32();
-    L.wk = linear(L.attn, p + ".self_attn.k_proj", {kvdim, hid})->weight().f32();
-    L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid})->weight().f32();
-    L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim})->weight().f32();
+    L.wq = linear(L.attn, p + ".self_attn.q_proj", {qdim, hid});
+    L.wk = linear(L.attn, p + ".self_attn.k_proj", {kvdim, hid});
+    L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid});
+    L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim});
     Module* mlp = layer->add_child(make_module(p + ".mlp", mlp_classes()));
-    L.w_gate = linear(mlp, p + ".mlp.gate_proj", {inter, hid})->weight().f32();
-    L.w_up = linear(mlp, p + ".mlp.up_proj", {inter, hid})->weight().f32();
-    L.w_down = linear(mlp, p + ".mlp.down_proj", {hid, inter})->weight().f32();
+    L.w_gate = linear(mlp, p + ".mlp.gate_proj", {inter, hid});
+    L.w_up = linear(mlp, p + ".mlp.up_proj", {inter, hid});
+    L.w_down = linear(mlp, p + ".mlp.down_proj", {hid, inter});
     mlp->add_child(make_module(p + ".mlp.act_fn", silu_classes()));
     L.in_norm = rms_norm(layer, p + ".input_layernorm")->weight().f32();
     L.post_norm = rms_norm(layer, p + ".post_attention_layernorm")->weight().f32();
@@ -128,7 +207,8 @@ void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string
   if (config.tie_word_embeddings) {
     lm_head_->set_weight(embed_->weight());
   } else {
-    lm_head_->set_weight(take_weight(weights, "lm_head.weight", {config.vocab_size, hid}, source));
+    lm_head_->set_weight(
+        take_weight(weights, "lm_head.weight", {config.vocab_size, hid}, source, matrix));
   }
 }
 
@@ -193,11 +273,16 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
   const std::int64_t rows = batch * S;
   const auto n = [](std::int64_t v) { return static_cast<std::size_t>(v); };
 
-  std::vector<float> x(n(rows * hid));  // [batch * S, hidden] residual stream
-  const float* emb = embed_->weight().f32();
+  std::vector<float> x(n(rows * hid));   // [batch * S, hidden] residual stream
+  const Tensor& emb = embed_->weight();  // [vocab, hidden], fp32 or bf16
   for (std::int64_t r = 0; r < rows; ++r) {
-    std::memcpy(x.data() + r * hid, emb + static_cast<std::int64_t>(tokens[n(r)]) * hid,
-                n(hid) * sizeof(float));
+    const std::int64_t row = static_cast<std::int64_t>(tokens[n(r)]) * hid;
+    if (emb.dtype() == DType::kBF16) {
+      kernels::widen_bf16(static_cast<const std::uint16_t*>(emb.data()) + row, x.data() + r * hid,
+                          hid);
+    } else {
+      std::memcpy(x.data() + r * hid, emb.f32() + row, n(hid) * sizeof(float));
+    }
   }
   const RopeTable rope = rope_table(inv_freq_, past, S);
   std::vector<float> h(n(rows * hid));       // [batch * S, hidden] normed
@@ -231,9 +316,9 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[n(l)];
     kernels::ref::rmsnorm(x.data(), L.in_norm, h.data(), rows, hid, eps);
-    kernels::linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
-    kernels::linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
-    kernels::linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
+    apply_linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
+    apply_linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
+    apply_linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
     to_heads(qp, q, H, true);
     to_heads(kp, k, Hkv, true);
     to_heads(vp, v, Hkv, false);
@@ -255,18 +340,18 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
       kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
                          attn_out.data() + b * S * H * d);
     }
-    kernels::linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
+    apply_linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     kernels::ref::rmsnorm(x.data(), L.post_norm, h.data(), rows, hid, eps);
-    kernels::linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
-    kernels::linear(h.data(), L.w_up, up.data(), rows, inter, hid);
+    apply_linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
+    apply_linear(h.data(), L.w_up, up.data(), rows, inter, hid);
 #pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
     for (std::int64_t r = 0; r < rows; ++r) {
       kernels::ref::swiglu(gate.data() + r * inter, up.data() + r * inter, gate.data() + r * inter,
                            inter);
     }
-    kernels::linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
+    apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }
   cache.advance(S);
@@ -275,8 +360,8 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
 }
 
 void LlamaModel::compute_logits(const float* hidden, std::int64_t rows, float* logits) const {
-  kernels::linear(hidden, lm_head_->weight().f32(), logits, rows, config_.vocab_size,
-                  config_.hidden_size);
+  apply_linear(hidden, linear_weight(lm_head_->weight()), logits, rows, config_.vocab_size,
+               config_.hidden_size);
 }
 
 Tensor LlamaModel::logits_for(const std::vector<float>& hidden, std::int64_t batch,

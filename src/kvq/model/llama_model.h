@@ -6,8 +6,11 @@
 // + eps)); RoPE rotate-half; GQA causal softmax attention with scale 1/sqrt(head_dim).
 //
 // Every forward appends its tokens to the cache at the cache's current length: prefill of a
-// prompt and token-by-token decode are the same call. Weights are the modules' weight tensors
-// (fp32; F32 checkpoint tensors stay zero-copy over the mmap, others are converted once).
+// prompt and token-by-token decode are the same call. Weights are the modules' weight tensors:
+// fp32 by default (F32 checkpoint tensors stay zero-copy over the mmap, others are converted
+// once), or bf16 for the Linear weights and the embedding table when loaded with
+// LoadOptions::weights = kBF16 (see there). Activations, norms and the KV cache are fp32 in
+// both modes; hooks and quantization see the same interfaces.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvq/core/tensor.h"
@@ -31,21 +35,41 @@ enum class LogitsMode {
   kAll,   // every position: [batch, S, vocab]
 };
 
+struct LoadOptions {
+  // How the model stores its weights:
+  //  kF32 (default): fp32.
+  //  kBF16: every Linear weight (q/k/v/o/gate/up/down projections, lm_head) and the embedding
+  //    table (one tensor when tied to lm_head) converted once at load, fp32 → bf16 with round to
+  //    nearest even; no fp32 copy is kept (norm weights, small, are copied out of the
+  //    checkpoint's mmap so it is unmapped). A decode step reads half the bytes; the only error
+  //    against kF32 is that weight rounding (the kernels compute in fp32, kernels/cpu/linear.h).
+  DType weights = DType::kF32;
+};
+// "f32" → kF32, "bf16" → kBF16 (the `--weights` flag); InvalidArgument otherwise.
+DType parse_weight_dtype(std::string_view name);
+// kF32 → "f32", kBF16 → "bf16".
+std::string_view weight_dtype_label(DType dtype);
+
 class LlamaModel {
  public:
   // Reads model_dir/config.json and the safetensors weights. ConfigError / FormatError naming
-  // the directory and tensor when something is missing or has the wrong shape.
-  static std::unique_ptr<LlamaModel> load(const std::filesystem::path& model_dir);
+  // the directory and tensor when something is missing or has the wrong shape; InvalidArgument
+  // for options.weights other than kF32 / kBF16.
+  static std::unique_ptr<LlamaModel> load(const std::filesystem::path& model_dir,
+                                          const LoadOptions& options = {});
   // From HF-named tensors ("model.layers.0.self_attn.q_proj.weight", ...); any float dtype.
   // "lm_head.weight" may be absent when config.tie_word_embeddings.
   static std::unique_ptr<LlamaModel> from_weights(const io::ModelConfig& config,
                                                   const std::map<std::string, Tensor>& weights,
-                                                  std::string source_name = "weights");
+                                                  std::string source_name = "weights",
+                                                  const LoadOptions& options = {});
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
 
   const io::ModelConfig& config() const { return config_; }
+  // kF32 or kBF16: the dtype of the Linear weights and the embedding table (LoadOptions).
+  DType weight_dtype() const { return weight_dtype_; }
 
   // The module tree ("" LlamaForCausalLM, "model", ..., "lm_head") and lookups.
   Module& root() { return *root_; }
@@ -87,13 +111,14 @@ class LlamaModel {
   struct Layer;
   LlamaModel() = default;
   void build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
-             const std::string& source_name);
+             const std::string& source_name, const LoadOptions& options);
   // Runs the decoder stack; returns final-norm hidden states [batch * S, hidden].
   std::vector<float> run(std::span<const std::int32_t> tokens, std::int64_t batch, KvCache& cache);
   Tensor logits_for(const std::vector<float>& hidden, std::int64_t batch, std::int64_t seq,
                     LogitsMode mode) const;
 
   io::ModelConfig config_;
+  DType weight_dtype_ = DType::kF32;
   std::vector<float> inv_freq_;
   std::unique_ptr<Module> root_;
   Module* embed_ = nullptr;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kvq/core/dtype.h"
+
 namespace kvq::kernels::ref {
 
 void matmul(const float* x, const float* w, float* y, std::int64_t m, std::int64_t n,
@@ -16,6 +18,20 @@ void gemv(const float* w, const float* x, float* y, std::int64_t n, std::int64_t
     const float* row = w + r * k;  // [k]
     float acc = 0.0f;
     for (std::int64_t c = 0; c < k; ++c) acc += row[c] * x[c];
+    y[r] = acc;
+  }
+}
+
+void matmul_bf16(const float* x, const std::uint16_t* w, float* y, std::int64_t m, std::int64_t n,
+                 std::int64_t k) {
+  for (std::int64_t i = 0; i < m; ++i) gemv_bf16(w, x + i * k, y + i * n, n, k);
+}
+
+void gemv_bf16(const std::uint16_t* w, const float* x, float* y, std::int64_t n, std::int64_t k) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const std::uint16_t* row = w + r * k;  // [k]
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < k; ++c) acc += bf16_to_f32(row[c]) * x[c];
     y[r] = acc;
   }
 }

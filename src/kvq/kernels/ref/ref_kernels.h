@@ -13,6 +13,11 @@ void matmul(const float* x, const float* w, float* y, std::int64_t m, std::int64
             std::int64_t k);
 // y = W · x: w [n, k], x [k], y [n].
 void gemv(const float* w, const float* x, float* y, std::int64_t n, std::int64_t k);
+// The same with bf16 weights (w [n, k] holds bf16 bits): each weight widened to fp32, products
+// and sums in fp32, x not rounded.
+void matmul_bf16(const float* x, const std::uint16_t* w, float* y, std::int64_t m, std::int64_t n,
+                 std::int64_t k);
+void gemv_bf16(const std::uint16_t* w, const float* x, float* y, std::int64_t n, std::int64_t k);
 
 // Hugging Face LlamaRMSNorm per row: y = weight * (x * rsqrt(mean(x²) + eps)).
 // x, y [rows, dim] (may alias); weight [dim].

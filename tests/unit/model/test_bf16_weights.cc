@@ -1,0 +1,124 @@
+// LoadOptions::weights = kBF16 on the tiny Llamas (gqa: untied lm_head; llama3_tied: lm_head tied
+// to the embedding): what is stored in bf16, and that the bf16 model computes what the fp32
+// model computes on the bf16-rounded weights. The kernels widen each weight exactly and do the
+// fp32 arithmetic, and on these shapes they take the same routes as the fp32 kernels (GEMV rows
+// in the same order; one widened block per sgemm call, the whole matrix), so the logits are
+// BIT-IDENTICAL, prefill and decode, with any KV cache and with hooks.
+#include "kvq/core/dtype.h"
+#include "kvq/model/attention.h"
+#include "tiny_model.h"
+
+namespace kvq::model::test {
+namespace {
+
+const std::vector<std::int32_t> kPrompt = {5, 17, 200, 3, 99, 42, 7, 128, 64, 1, 250, 33};
+
+std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {
+  const io::SafetensorsModel st = io::SafetensorsModel::open(dir);
+  std::map<std::string, Tensor> w;
+  for (const std::string& n : st.names()) w.emplace(n, st.tensor(n));
+  return w;
+}
+
+// Every matrix (Linear weights, embedding) rounded to bf16 and widened back to fp32; norm
+// weights (vectors) as they are.
+std::map<std::string, Tensor> rounded_weights(const std::filesystem::path& dir) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : load_weights(dir)) {
+    if (t.ndim() != 2) {
+      out.emplace(name, t);
+      continue;
+    }
+    std::vector<float> v = t.to_f32_vector();
+    for (float& x : v) x = round_to_bf16(x);
+    out.emplace(name, Tensor::from_f32(t.shape(), v));
+  }
+  return out;
+}
+
+class Bf16Weights : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Bf16Weights, StoresLinearAndEmbeddingWeightsInBf16) {
+  const auto f32 = LlamaModel::load(tiny_dir(GetParam()));
+  const auto bf16 = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  EXPECT_EQ(f32->weight_dtype(), DType::kF32);
+  EXPECT_EQ(bf16->weight_dtype(), DType::kBF16);
+  std::size_t bytes_f32 = 0, bytes_bf16 = 0;
+  for (Module* m : bf16->named_modules()) {
+    if (!m->has_weight()) continue;
+    const Tensor& w = m->weight();
+    const Tensor& w32 = f32->find_module(m->name())->weight();
+    EXPECT_EQ(w.shape(), w32.shape()) << m->name();
+    if (m->is_instance_of("Linear") || m->is_instance_of("Embedding")) {
+      EXPECT_EQ(w.dtype(), DType::kBF16) << m->name();
+      // Round to nearest even, as torch's .to(torch.bfloat16).
+      const auto* bits = static_cast<const std::uint16_t*>(w.data());
+      for (std::int64_t i = 0; i < w.numel(); i += 97) {
+        ASSERT_EQ(bits[i], f32_to_bf16(w32.f32()[i])) << m->name() << "[" << i << "]";
+      }
+    } else {
+      EXPECT_EQ(w.dtype(), DType::kF32) << m->name();
+    }
+    if (m->name() == "lm_head" && f32->config().tie_word_embeddings) continue;  // shared
+    bytes_f32 += w32.nbytes();
+    bytes_bf16 += w.nbytes();
+  }
+  if (bf16->config().tie_word_embeddings) {
+    EXPECT_EQ(bf16->find_module("lm_head")->weight().data(),
+              bf16->find_module("model.embed_tokens")->weight().data());
+  }
+  // Everything but the norm vectors halves.
+  EXPECT_LT(static_cast<double>(bytes_bf16), 0.51 * static_cast<double>(bytes_f32));
+}
+
+TEST_P(Bf16Weights, ComputesTheFp32ModelOnRoundedWeights) {
+  const auto bf16 = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto ref = LlamaModel::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
+  const std::int64_t vocab = bf16->config().vocab_size;
+  for (KvFormat format : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kNVFP4}) {
+    KvCache a = bf16->make_cache(1, 32, format);
+    KvCache b = ref->make_cache(1, 32, format);
+    const Tensor pa = bf16->forward(std::span(kPrompt).first(9), a, LogitsMode::kAll);
+    const Tensor pb = ref->forward(std::span(kPrompt).first(9), b, LogitsMode::kAll);
+    EXPECT_TRUE(bit_identical(pa, pb)) << "prefill, max diff " << max_abs_diff(pa, pb);
+    for (std::size_t i = 9; i < kPrompt.size(); ++i) {
+      const std::int32_t t[1] = {kPrompt[i]};
+      const Tensor da = bf16->forward(t, a, LogitsMode::kLast);
+      const Tensor db = ref->forward(t, b, LogitsMode::kLast);
+      EXPECT_TRUE(bit_identical(da, db)) << "decode " << i << ", max diff " << max_abs_diff(da, db);
+      EXPECT_EQ(da.numel(), vocab);
+    }
+  }
+}
+
+// Hooks see and may rewrite the states of a bf16 model as of an fp32 one.
+TEST_P(Bf16Weights, HooksFireAndRewriteStates) {
+  const auto bf16 = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto ref = LlamaModel::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
+  int calls = 0;
+  auto halve_keys = [&calls](AttentionModule&, StatesView s) {
+    ++calls;
+    for (std::int64_t i = 0; i < s.numel(); ++i) s.data[i] *= 0.5f;
+  };
+  ScopedHook ha(bf16->attention(1).register_key_hook(halve_keys));
+  ScopedHook hb(ref->attention(1).register_key_hook(halve_keys));
+  const Tensor a = bf16->forward(kPrompt, LogitsMode::kAll);
+  const Tensor b = ref->forward(kPrompt, LogitsMode::kAll);
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(bit_identical(a, b)) << max_abs_diff(a, b);
+  const auto plain = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  EXPECT_GT(max_abs_diff(a, plain->forward(kPrompt, LogitsMode::kAll)), 1e-4f);  // it did act
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, Bf16Weights, ::testing::Values("gqa", "llama3_tied"));
+
+TEST(WeightDtype, ParsesTheFlagAndRejectsOthers) {
+  EXPECT_EQ(parse_weight_dtype("f32"), DType::kF32);
+  EXPECT_EQ(parse_weight_dtype("bf16"), DType::kBF16);
+  EXPECT_EQ(weight_dtype_label(DType::kBF16), "bf16");
+  EXPECT_THROW(parse_weight_dtype("fp16"), InvalidArgument);
+  EXPECT_THROW(LlamaModel::load(tiny_dir("gqa"), LoadOptions{DType::kF16}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvq::model::test
