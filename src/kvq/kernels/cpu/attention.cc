@@ -9,6 +9,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/threading.h"
+#include "kvq/kernels/cpu/softmax.h"
 #include "kvq/quant/formats.h"
 
 namespace kvq::kernels {
@@ -93,22 +94,12 @@ void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = sc.s.data() + i * kKeyTile;
       const std::int64_t visible = std::min(nt, pos0 + i * pos_step - t0 + 1);  // may be <= 0
-      float mx = m[i];
-      for (std::int64_t j = 0; j < nt; ++j) {
-        si[j] = j < visible ? si[j] * scale : kNegInf;
-        mx = std::max(mx, si[j]);
-      }
-      if (mx == kNegInf) {  // nothing visible yet for this row
-        for (std::int64_t j = 0; j < nt; ++j) si[j] = 0.0f;
-        continue;
-      }
-      const float corr = m[i] == kNegInf ? 0.0f : std::exp(m[i] - mx);
-      float sum = 0.0f;
-      for (std::int64_t j = 0; j < nt; ++j) {
-        si[j] = std::exp(si[j] - mx);
-        sum += si[j];
-      }
-      l[i] = l[i] * corr + sum;
+      for (std::int64_t j = 0; j < nt; ++j) si[j] = j < visible ? si[j] * scale : kNegInf;
+      const SoftmaxStep st = softmax_step(si, nt, m[i]);
+      const float mx = st.max;
+      if (mx == kNegInf) continue;  // nothing visible yet for this row (si is all zeros)
+      const float corr = m[i] == kNegInf ? 0.0f : fast_exp(m[i] - mx);
+      l[i] = l[i] * corr + st.sum;
       if (corr != 1.0f) {
         float* ai = acc + i * d;
         for (std::int64_t c = 0; c < d; ++c) ai[c] *= corr;
@@ -140,18 +131,11 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
     quant::dot_rows(k_codec, q, nq, k.row(t0), nt, s, kKeyTile);
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = s + i * kKeyTile;
-      float mx = m[i];
-      for (std::int64_t j = 0; j < nt; ++j) {
-        si[j] *= scale;
-        mx = std::max(mx, si[j]);
-      }
-      const float corr = m[i] == kNegInf ? 0.0f : std::exp(m[i] - mx);
-      float sum = 0.0f;
-      for (std::int64_t j = 0; j < nt; ++j) {
-        si[j] = std::exp(si[j] - mx);
-        sum += si[j];
-      }
-      l[i] = l[i] * corr + sum;
+      for (std::int64_t j = 0; j < nt; ++j) si[j] *= scale;
+      const SoftmaxStep st = softmax_step(si, nt, m[i]);
+      const float mx = st.max;
+      const float corr = m[i] == kNegInf ? 0.0f : fast_exp(m[i] - mx);
+      l[i] = l[i] * corr + st.sum;
       if (corr != 1.0f) {
         float* ai = acc + i * d;
         for (std::int64_t c = 0; c < d; ++c) ai[c] *= corr;
