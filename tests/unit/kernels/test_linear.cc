@@ -14,6 +14,7 @@
 #include "kvq/kernels/cpu/cpu_features.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/kernels/ref/ref_kernels.h"
+#include "linear_test_support.h"
 
 namespace kvq::kernels {
 namespace {
@@ -26,24 +27,8 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float scale 
   return v;
 }
 
-// Σ_c |w[r, c] · x[c]| for each row: the scale of the rounding error.
-std::vector<float> abs_sums(const std::vector<float>& w, const std::vector<float>& x,
-                            std::int64_t n, std::int64_t k) {
-  std::vector<float> s(static_cast<std::size_t>(n));
-  for (std::int64_t r = 0; r < n; ++r) {
-    double acc = 0.0;
-    for (std::int64_t c = 0; c < k; ++c) acc += std::fabs(w[r * k + c] * x[c]);
-    s[r] = static_cast<float>(acc);
-  }
-  return s;
-}
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> isas{Isa::kScalar};
-  if (detected_isa() == Isa::kAvx2 || detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx2);
-  if (detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx512);
-  return isas;
-}
+using test::abs_sums;
+using test::supported_isas;
 
 struct Dims {
   std::int64_t n, k;
@@ -59,7 +44,7 @@ TEST(Gemv, EveryIsaMatchesScalarReference) {
       std::vector<float> want(static_cast<std::size_t>(dm.n)), got(want.size(), -1.0f);
       ref::gemv(w.data(), x.data(), want.data(), dm.n, dm.k);
       gemv_isa(isa, w.data(), x.data(), got.data(), dm.n, dm.k);
-      const auto scale = abs_sums(w, x, dm.n, dm.k);
+      const auto scale = abs_sums(w, x.data(), dm.n, dm.k);
       for (std::int64_t r = 0; r < dm.n; ++r) {
         ASSERT_NEAR(got[r], want[r], 1e-5f * scale[r] + 1e-30f)
             << isa_name(isa) << " n=" << dm.n << " k=" << dm.k << " row " << r;
@@ -98,7 +83,7 @@ TEST(Linear, SgemmMatchesReferenceMatmul) {
     linear(x.data(), w.data(), got.data(), m, n, k);
     for (std::int64_t i = 0; i < m; ++i) {
       const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-      const auto scale = abs_sums(w, xi, n, k);
+      const auto scale = abs_sums(w, xi.data(), n, k);
       for (std::int64_t j = 0; j < n; ++j) {
         ASSERT_NEAR(got[i * n + j], want[i * n + j], 1e-5f * scale[j])
             << "m=" << m << " n=" << n << " k=" << k << " (" << i << ", " << j << ")";

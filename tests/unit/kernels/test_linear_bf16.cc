@@ -23,6 +23,7 @@
 #include "kvq/kernels/cpu/cpu_features.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/kernels/ref/ref_kernels.h"
+#include "linear_test_support.h"
 
 namespace kvq::kernels {
 namespace {
@@ -47,24 +48,8 @@ std::vector<float> widened(const std::vector<std::uint16_t>& b) {
   return v;
 }
 
-// Σ_c |w[r, c] · x[c]| for each row: the scale of the rounding error.
-std::vector<float> abs_sums(const std::vector<float>& w, const float* x, std::int64_t n,
-                            std::int64_t k) {
-  std::vector<float> s(static_cast<std::size_t>(n));
-  for (std::int64_t r = 0; r < n; ++r) {
-    double acc = 0.0;
-    for (std::int64_t c = 0; c < k; ++c) acc += std::fabs(w[r * k + c] * x[c]);
-    s[r] = static_cast<float>(acc);
-  }
-  return s;
-}
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> isas{Isa::kScalar};
-  if (detected_isa() == Isa::kAvx2 || detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx2);
-  if (detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx512);
-  return isas;
-}
+using test::abs_sums;
+using test::supported_isas;
 
 struct Dims {
   std::int64_t n, k;
