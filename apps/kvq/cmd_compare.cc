@@ -49,6 +49,10 @@ void register_compare(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--gsm8k-limit", a->eval.gsm8k_limit, "GSM8K test questions (0: skip)")
       ->capture_default_str();
+  cmd->add_option("--gsm8k-batch", a->eval.gsm8k_batch,
+                  "GSM8K questions decoded together (up to 8: answers bit-identical to one at a "
+                  "time, each weight read once per step for all)")
+      ->capture_default_str();
   cmd->add_option("--decode-context", a->eval.decode_context, "Cached tokens when timing decode")
       ->capture_default_str();
   cmd->add_option("--decode-steps", a->eval.decode_steps, "Decode steps timed (0: skip)")

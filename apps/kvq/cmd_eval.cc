@@ -100,6 +100,9 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--ctx", a->eval.ctx, "Window length")->capture_default_str();
   cmd->add_option("--max-windows", a->eval.max_windows, "Windows (0: all)")->capture_default_str();
   cmd->add_option("--limit", a->limit, "GSM8K questions (0: all)")->capture_default_str();
+  cmd->add_option("--batch", a->eval.gsm8k_batch,
+                  "GSM8K questions decoded together (up to 8: bit-identical to one at a time)")
+      ->capture_default_str();
   cmd->add_option("--calib-samples", a->eval.calib_samples, "Calibration samples")
       ->capture_default_str();
   cmd->add_option("--data", a->data, "Data directory")->capture_default_str();

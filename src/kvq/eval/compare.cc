@@ -209,6 +209,22 @@ void compare_to_baseline(SchemeReport& row, const SchemeReport& base,
   }
 }
 
+namespace {
+
+// The WikiText-2 fields of a row (PPL, KLD, top-1 and the KLD test against the baseline).
+void copy_ppl_kld(const SchemeReport& from, SchemeReport& to) {
+  to.has_ppl = from.has_ppl, to.has_kld = from.has_kld;
+  to.ppl = from.ppl, to.ppl_lo = from.ppl_lo, to.ppl_hi = from.ppl_hi;
+  to.ppl_tokens = from.ppl_tokens, to.ppl_windows = from.ppl_windows;
+  to.kld_exact = from.kld_exact;
+  to.kld = from.kld, to.kld_se = from.kld_se, to.kld_upper = from.kld_upper, to.kld_p = from.kld_p;
+  to.top1 = from.top1, to.top1_se = from.top1_se;
+  to.window_nll_sum = from.window_nll_sum;
+  to.window_scored = from.window_scored;
+}
+
+}  // namespace
+
 struct Evaluator::Impl {
   ModelSource src;
   std::vector<std::int32_t> tokens;  // WikiText-2 test, whole file
@@ -238,14 +254,44 @@ Evaluator::Evaluator(EvalOptions options)
 
 Evaluator::~Evaluator() = default;
 
-std::string Evaluator::row_key(const SchemeDef& scheme) const {
-  const auto& o = options_;
+namespace {
+
+std::string options_key(std::uint64_t model_hash, const EvalOptions& o, const SchemeDef& scheme) {
   const std::string s =
-      fmt::format("{}|{}|{}|ppl{}|ctx{}|w{}|k{}|g{}:{}|c{}:{}:{}|d{}:{}", hex(model_hash_),
+      fmt::format("{}|{}|{}|ppl{}|ctx{}|w{}|k{}|g{}:{}|c{}:{}:{}|d{}:{}", hex(model_hash),
                   quant::kv_format_name(scheme.kv_format), scheme.recipe, o.ppl_kld, o.ctx,
                   o.max_windows, o.top_k, o.gsm8k_limit, o.gsm8k_max_new_tokens, o.calib_samples,
                   o.calib_seq_len, o.calib_seed, o.decode_context, o.decode_steps);
   return hex(hash_str(s));
+}
+
+}  // namespace
+
+std::string Evaluator::row_key(const SchemeDef& scheme) const {
+  return options_key(model_hash_, options_, scheme);
+}
+
+std::string Evaluator::ppl_key(const SchemeDef& scheme) const {
+  // The row key of the same run without GSM8K and decode timing: a few options that do not
+  // change PPL / KLD stay in it, which only costs a recomputation when they change.
+  EvalOptions o = options_;
+  o.gsm8k_limit = 0;
+  o.decode_steps = 0;
+  return options_key(model_hash_, o, scheme);
+}
+
+std::string Evaluator::gsm8k_key(const SchemeDef& scheme) const {
+  const auto& o = options_;
+  return hex(hash_str(fmt::format(
+      "{}|{}|{}|n{}|c{}:{}:{}", hex(model_hash_), quant::kv_format_name(scheme.kv_format),
+      scheme.recipe, o.gsm8k_max_new_tokens, o.calib_samples, o.calib_seq_len, o.calib_seed)));
+}
+
+std::filesystem::path Evaluator::cache_file(std::string_view part, const SchemeDef& scheme,
+                                            const std::string& key,
+                                            std::string_view extension) const {
+  if (options_.cache_dir.empty()) return {};
+  return options_.cache_dir / fmt::format("{}-{}-{}{}", part, scheme.name, key, extension);
 }
 
 namespace {
@@ -293,7 +339,7 @@ const SchemeReport& Evaluator::baseline() {
     std::optional<fs::path> lp;
     if (!o.cache_dir.empty()) {
       fs::create_directories(o.cache_dir);
-      lp = o.cache_dir / ("baseline-logits-" + key + ".bin");
+      lp = o.cache_dir / ("baseline-logits-" + ppl_key(def) + ".bin");
     }
     log::info("baseline: top-{} distributions over {} windows of {}", o.top_k, o.max_windows,
               o.ctx);
@@ -419,24 +465,32 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   }
 
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<double> kld_windows;
   if (o.ppl_kld) {
-    if (!impl_->base_logits)
-      impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
-    KldOptions ko = kld_options(o);
-    if (!calibrated) ko.quant_kv = def.kv_format;
-    const KldResult k = kld_against_cache(m, impl_->tokens, *impl_->base_logits, ko);
-    r.has_ppl = r.has_kld = true;
-    r.window_scored = k.window_scored;
-    r.window_nll_sum = window_sums(k.quant_nll, k.window_scored);
-    r.ppl_windows = k.windows;
-    r.ppl_tokens = k.tokens;
-    const PerplexityCi ci = perplexity_ci(r.window_nll_sum, r.window_scored);
-    r.ppl = ci.ppl, r.ppl_lo = ci.lo, r.ppl_hi = ci.hi;
-    r.kld_exact = k.exact;
-    r.kld = k.mean_kld, r.kld_se = k.kld_se, r.kld_upper = k.mean_kld_upper;
-    r.top1 = k.top1_agreement, r.top1_se = k.top1_se;
-    kld_windows = window_sums(k.kld, k.window_scored);
+    // The PPL / KLD part is cached on its own, so a later run that adds GSM8K reuses it.
+    const fs::path part = cache_file("ppl", def, ppl_key(def), ".json");
+    if (auto j = part.empty() ? std::nullopt : read_json(part)) {
+      copy_ppl_kld(scheme_report_from_json(*j), r);
+      log::info("{}: reusing PPL / KLD {}", def.name, part.string());
+    } else {
+      if (!impl_->base_logits)
+        impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
+      KldOptions ko = kld_options(o);
+      if (!calibrated) ko.quant_kv = def.kv_format;
+      const KldResult k = kld_against_cache(m, impl_->tokens, *impl_->base_logits, ko);
+      r.has_ppl = r.has_kld = true;
+      r.window_scored = k.window_scored;
+      r.window_nll_sum = window_sums(k.quant_nll, k.window_scored);
+      r.ppl_windows = k.windows;
+      r.ppl_tokens = k.tokens;
+      const PerplexityCi ci = perplexity_ci(r.window_nll_sum, r.window_scored);
+      r.ppl = ci.ppl, r.ppl_lo = ci.lo, r.ppl_hi = ci.hi;
+      r.kld_exact = k.exact;
+      r.kld = k.mean_kld, r.kld_se = k.kld_se, r.kld_upper = k.mean_kld_upper;
+      r.top1 = k.top1_agreement, r.top1_se = k.top1_se;
+      // The KLD test needs the per-window sums, which rows do not keep: run it now.
+      if (!is_base) compare_to_baseline(r, baseline(), window_sums(k.kld, k.window_scored));
+      if (!part.empty()) write_json(part, to_json(r));
+    }
   }
   if (o.gsm8k_limit > 0) {
     Gsm8kOptions g;
@@ -445,6 +499,8 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
     g.max_new_tokens = o.gsm8k_max_new_tokens;
     if (!calibrated) g.kv_storage = def.kv_format;
     g.progress = o.progress;
+    g.batch = o.gsm8k_batch;
+    g.resume_file = cache_file("gsm8k", def, gsm8k_key(def), ".jsonl");
     const Gsm8kResult gr = run_gsm8k(m, *impl_->src.tokenizer, g);
     r.has_gsm8k = true;
     r.gsm8k_n = static_cast<std::int64_t>(gr.records.size());
@@ -468,7 +524,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
     if (lc) lc->set_kv_fake_quantization(true);
   }
   r.eval_seconds = seconds_since(t0);
-  if (!is_base) compare_to_baseline(r, baseline(), kld_windows);
+  if (!is_base) compare_to_baseline(r, baseline(), {});  // ΔPPL, GSM8K (the KLD test ran above)
   return r;
 }
 

@@ -8,8 +8,10 @@
 // decode tokens/s with the packed KV cache of the scheme's format.
 //
 // Caching under OUT/cache (keys hash the model fingerprint and every option that changes the
-// result): calibrated scales per scheme, the baseline logits, the baseline row. Per-scheme rows
-// are written under OUT/rows as they finish, so an interrupted run resumes.
+// result): calibrated scales per scheme, the baseline logits, each scheme's PPL / KLD part, its
+// GSM8K answers (appended one question at a time), the baseline row. Per-scheme rows are written
+// under OUT/rows as they finish. So an interrupted run resumes where it stopped, and a run that
+// adds GSM8K or raises --gsm8k-limit only generates the new answers.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +58,7 @@ struct EvalOptions {
   std::int64_t top_k = 64;       // baseline distribution cache
   std::int64_t gsm8k_limit = 0;  // 0: GSM8K skipped
   std::int64_t gsm8k_max_new_tokens = 256;
+  std::int64_t gsm8k_batch = 8;  // questions decoded together (Gsm8kOptions::batch)
   std::int64_t calib_samples = 32, calib_seq_len = 512;
   std::uint64_t calib_seed = 1234;
   std::int64_t decode_context = 256, decode_steps = 16;  // decode_steps 0: not measured
@@ -83,8 +86,16 @@ class Evaluator {
   std::uint64_t model_hash() const { return model_hash_; }
   // Hash of the options a scheme row depends on (with the scheme's recipe).
   std::string row_key(const SchemeDef& scheme) const;
+  // Hashes of what the row's PPL / KLD part and its GSM8K answers depend on (each cached on its
+  // own: a run that adds GSM8K or raises --gsm8k-limit reuses them).
+  std::string ppl_key(const SchemeDef& scheme) const;
+  std::string gsm8k_key(const SchemeDef& scheme) const;
 
  private:
+  // OUT/cache/<part>-<scheme>-<key><extension>; empty without a cache directory.
+  std::filesystem::path cache_file(std::string_view part, const SchemeDef& scheme,
+                                   const std::string& key, std::string_view extension) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   EvalOptions options_;

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "kvq/core/error.h"
+#include "kvq/core/log.h"
 #include "kvq/core/progress.h"
+#include "kvq/eval/logits_cache.h"
 #include "kvq/eval/py_random.h"
 #include "kvq/model/llama_model.h"
 #include "kvq/model/sampler.h"
@@ -119,43 +123,163 @@ std::string gsm8k_prompt(const tok::ChatTemplate& chat_template,
   return render_prompt(chat_template, test[static_cast<std::size_t>(index)], train, draws.back());
 }
 
-std::string gsm8k_generate(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
-                           const std::string& prompt, const Gsm8kOptions& options,
-                           std::int64_t* prompt_tokens, std::int64_t* generated_tokens) {
-  if (options.max_new_tokens < 1) {
-    fail<InvalidArgument>("gsm8k: max_new_tokens must be >= 1, got {}", options.max_new_tokens);
-  }
-  const std::vector<std::int32_t> ids = tokenizer.encode(prompt, /*add_special_tokens=*/false);
-  std::vector<std::int32_t> eos;
-  if (tokenizer.eos_id()) eos.push_back(*tokenizer.eos_id());
-  if (auto im_end = tokenizer.token_id("<|im_end|>")) eos.push_back(*im_end);
+namespace {
 
-  const auto capacity = static_cast<std::int64_t>(ids.size()) + options.max_new_tokens;
-  model::KvCache cache = model.make_cache(1, capacity, options.kv_storage);
-  if (options.prepare_cache) options.prepare_cache(cache);
-  model::Sampler greedy(model::SamplerConfig{});  // temperature 0: argmax, lowest id on ties
-
+// One prompt in flight: its cache, the tokens generated so far, and lm-eval's stopping rules.
+struct InFlight {
+  std::size_t slot = 0;  // index into the prompts
+  std::int64_t prompt_tokens = 0;
+  model::KvCache cache;
   std::vector<std::int32_t> generated;
-  Tensor logits = model.forward(ids, cache, model::LogitsMode::kLast);
-  const auto vocab = static_cast<std::size_t>(logits.shape().back());
-  while (static_cast<std::int64_t>(generated.size()) < options.max_new_tokens) {
-    const std::int32_t token = greedy.sample(std::span<const float>(logits.f32(), vocab));
-    generated.push_back(token);
-    if (std::find(eos.begin(), eos.end(), token) != eos.end()) break;
-    // lm-eval's stopping criterion decodes with special tokens kept.
-    const std::string so_far = tokenizer.decode(generated, /*skip_special=*/false);
-    bool stop = false;
-    for (const std::string& term : options.until) {
-      stop |= !term.empty() && so_far.find(term) != std::string::npos;
+};
+
+class GreedyGenerator {
+ public:
+  GreedyGenerator(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
+                  const Gsm8kOptions& options)
+      : model_(model), tokenizer_(tokenizer), options_(options) {
+    if (options.max_new_tokens < 1) {
+      fail<InvalidArgument>("gsm8k: max_new_tokens must be >= 1, got {}", options.max_new_tokens);
     }
-    if (stop || static_cast<std::int64_t>(generated.size()) == options.max_new_tokens) break;
-    const std::int32_t next[1] = {token};
-    logits = model.forward(next, cache, model::LogitsMode::kLast);
+    if (options.batch < 1)
+      fail<InvalidArgument>("gsm8k: batch must be >= 1, got {}", options.batch);
+    if (tokenizer.eos_id()) eos_.push_back(*tokenizer.eos_id());
+    if (auto im_end = tokenizer.token_id("<|im_end|>")) eos_.push_back(*im_end);
   }
-  if (prompt_tokens) *prompt_tokens = static_cast<std::int64_t>(ids.size());
-  if (generated_tokens) *generated_tokens = static_cast<std::int64_t>(generated.size());
-  return cut_at_stops(tokenizer.decode(generated, /*skip_special=*/true), options.until);
+
+  // Generates every prompt, up to options.batch at a time: each prompt is prefilled alone, then
+  // the prompts in flight decode together, one token each per step (LlamaModel::decode_step,
+  // bit-identical to decoding each alone). A finished prompt's slot goes to the next prompt.
+  // `done(i, generation)` is called as prompt i finishes (not in order).
+  void run(const std::vector<std::string>& prompts,
+           const std::function<void(std::size_t, Gsm8kGeneration)>& done) {
+    std::vector<InFlight> live;
+    std::size_t next = 0;
+    while (next < prompts.size() || !live.empty()) {
+      while (static_cast<std::int64_t>(live.size()) < options_.batch && next < prompts.size()) {
+        InFlight g = start(next, prompts[next]);
+        ++next;
+        if (g.generated.size() == 1 && stops(g)) {
+          done(g.slot, finish(g));
+        } else {
+          live.push_back(std::move(g));
+        }
+      }
+      if (live.empty()) continue;
+      std::vector<std::int32_t> tokens;
+      std::vector<model::KvCache*> caches;
+      for (InFlight& g : live) {
+        tokens.push_back(g.generated.back());
+        caches.push_back(&g.cache);
+      }
+      const Tensor logits = model_.decode_step(tokens, caches);  // [live, vocab]
+      const auto vocab = static_cast<std::size_t>(logits.shape().back());
+      std::vector<InFlight> still;
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        InFlight& g = live[i];
+        g.generated.push_back(
+            greedy_.sample(std::span<const float>(logits.f32() + i * vocab, vocab)));
+        if (stops(g)) {
+          done(g.slot, finish(g));
+        } else {
+          still.push_back(std::move(g));
+        }
+      }
+      live = std::move(still);
+    }
+  }
+
+ private:
+  // Prefills the prompt in a fresh cache and picks the first token.
+  InFlight start(std::size_t slot, const std::string& prompt) {
+    const std::vector<std::int32_t> ids = tokenizer_.encode(prompt, /*add_special_tokens=*/false);
+    const auto capacity = static_cast<std::int64_t>(ids.size()) + options_.max_new_tokens;
+    InFlight g{slot,
+               static_cast<std::int64_t>(ids.size()),
+               model_.make_cache(1, capacity, options_.kv_storage),
+               {}};
+    if (options_.prepare_cache) options_.prepare_cache(g.cache);
+    const Tensor logits = model_.forward(ids, g.cache, model::LogitsMode::kLast);
+    const auto vocab = static_cast<std::size_t>(logits.shape().back());
+    g.generated.push_back(greedy_.sample(std::span<const float>(logits.f32(), vocab)));
+    return g;
+  }
+
+  // lm-eval's stopping rules after the last token: an EOS id, a stop string in the continuation
+  // decoded with special tokens kept, or max_new_tokens.
+  bool stops(const InFlight& g) const {
+    if (std::find(eos_.begin(), eos_.end(), g.generated.back()) != eos_.end()) return true;
+    if (static_cast<std::int64_t>(g.generated.size()) >= options_.max_new_tokens) return true;
+    const std::string so_far = tokenizer_.decode(g.generated, /*skip_special=*/false);
+    for (const std::string& term : options_.until) {
+      if (!term.empty() && so_far.find(term) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  Gsm8kGeneration finish(const InFlight& g) const {
+    return {cut_at_stops(tokenizer_.decode(g.generated, /*skip_special=*/true), options_.until),
+            g.prompt_tokens, static_cast<std::int64_t>(g.generated.size())};
+  }
+
+  model::LlamaModel& model_;
+  const tok::Tokenizer& tokenizer_;
+  const Gsm8kOptions& options_;
+  std::vector<std::int32_t> eos_;
+  model::Sampler greedy_{model::SamplerConfig{}};  // temperature 0: argmax, lowest id on ties
+};
+
+}  // namespace
+
+std::vector<Gsm8kGeneration> gsm8k_generate(model::LlamaModel& model,
+                                            const tok::Tokenizer& tokenizer,
+                                            const std::vector<std::string>& prompts,
+                                            const Gsm8kOptions& options) {
+  std::vector<Gsm8kGeneration> out(prompts.size());
+  GreedyGenerator(model, tokenizer, options).run(prompts, [&](std::size_t i, Gsm8kGeneration g) {
+    out[i] = std::move(g);
+  });
+  return out;
 }
+
+namespace {
+
+// The resume file: one JSON object per finished question, appended (and flushed) as each
+// finishes, so an interrupted run loses at most the questions in flight. A record counts only
+// when its prompt hash matches (another few-shot draw or template is a different question).
+std::string record_line(std::int64_t index, std::uint64_t prompt_hash, const Gsm8kGeneration& g) {
+  nlohmann::json j;
+  j["index"] = index;
+  j["prompt_fnv1a64"] = prompt_hash;
+  j["prompt_tokens"] = g.prompt_tokens;
+  j["generated_tokens"] = g.generated_tokens;
+  j["generation"] = g.text;
+  return j.dump() + "\n";
+}
+
+std::map<std::int64_t, std::pair<std::uint64_t, Gsm8kGeneration>> read_records(
+    const std::filesystem::path& path) {
+  std::map<std::int64_t, std::pair<std::uint64_t, Gsm8kGeneration>> out;
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  std::int64_t bad = 0;
+  while (in && std::getline(in, line)) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      out[j.at("index").get<std::int64_t>()] = {
+          j.at("prompt_fnv1a64").get<std::uint64_t>(),
+          Gsm8kGeneration{j.at("generation").get<std::string>(),
+                          j.at("prompt_tokens").get<std::int64_t>(),
+                          j.at("generated_tokens").get<std::int64_t>()}};
+    } catch (const nlohmann::json::exception&) {
+      ++bad;  // a line cut short by an interruption: that question runs again
+    }
+  }
+  if (bad > 0) log::warn("{}: skipped {} unreadable record(s)", path.string(), bad);
+  return out;
+}
+
+}  // namespace
 
 Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
                       const Gsm8kOptions& options) {
@@ -168,29 +292,82 @@ Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
                                            options.num_fewshot, options.fewshot_seed);
 
   const tok::ChatTemplate chat_template(tokenizer.chat_template());
-  Gsm8kResult result;
   const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> prompts(static_cast<std::size_t>(n));
+  std::vector<std::uint64_t> hashes(prompts.size());
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    prompts[i] = render_prompt(chat_template, test[i], train, draws[i]);
+    hashes[i] = fnv1a64(prompts[i].data(), prompts[i].size());
+  }
+
+  // Questions already answered in the resume file are taken from it.
+  std::vector<std::optional<Gsm8kGeneration>> answers(prompts.size());
+  if (!options.resume_file.empty()) {
+    for (auto& [index, rec] : read_records(options.resume_file)) {
+      if (index >= 0 && index < n && rec.first == hashes[static_cast<std::size_t>(index)])
+        answers[static_cast<std::size_t>(index)] = std::move(rec.second);
+    }
+  }
+  std::vector<std::string> todo;
+  std::vector<std::size_t> todo_index;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    if (!answers[i]) {
+      todo.push_back(prompts[i]);
+      todo_index.push_back(i);
+    }
+  }
+  if (todo.size() < prompts.size()) {
+    log::info("gsm8k: {} of {} questions reused from {}", prompts.size() - todo.size(),
+              prompts.size(), options.resume_file.string());
+  }
+
+  std::ofstream resume;
+  if (!options.resume_file.empty() && !todo.empty()) {
+    std::filesystem::create_directories(options.resume_file.parent_path());
+    // A line cut short by an interruption is ended first, so it does not swallow the next one.
+    bool ends_line = true;
+    if (std::ifstream tail(options.resume_file, std::ios::binary | std::ios::ate);
+        tail && tail.tellg() > 0) {
+      tail.seekg(-1, std::ios::end);
+      ends_line = tail.get() == '\n';
+    }
+    resume.open(options.resume_file, std::ios::binary | std::ios::app);
+    if (!resume) fail<IoError>("{}: cannot open for appending", options.resume_file.string());
+    if (!ends_line) resume << '\n';
+  }
   ProgressBar bar("gsm8k", n, "q", !options.progress);
+  bar.advance(n - static_cast<std::int64_t>(todo.size()));
+  std::int64_t answered = 0, correct = 0;
+  GreedyGenerator(model, tokenizer, options).run(todo, [&](std::size_t t, Gsm8kGeneration g) {
+    const std::size_t i = todo_index[t];
+    if (resume.is_open()) {
+      resume << record_line(static_cast<std::int64_t>(i), hashes[i], g);
+      resume.flush();
+    }
+    correct += score_gsm8k(g.text, test[i].answer).flexible_correct ? 1 : 0;
+    ++answered;
+    answers[i] = std::move(g);
+    bar.advance(1);
+    bar.set_suffix(fmt::format("flex {:.1f}% of {} new", 100.0 * correct / answered, answered));
+  });
+  bar.finish();
+
+  Gsm8kResult result;
   std::vector<std::uint8_t> strict, flexible;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto& doc = test[static_cast<std::size_t>(i)];
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
     Gsm8kRecord rec;
-    rec.index = i;
-    rec.fewshot_indices = draws[static_cast<std::size_t>(i)];
-    const std::string prompt = render_prompt(chat_template, doc, train, rec.fewshot_indices);
-    rec.generation = gsm8k_generate(model, tokenizer, prompt, options, &rec.prompt_tokens,
-                                    &rec.generated_tokens);
-    rec.target = doc.answer;
+    rec.index = static_cast<std::int64_t>(i);
+    rec.fewshot_indices = draws[i];
+    rec.prompt_tokens = answers[i]->prompt_tokens;
+    rec.generated_tokens = answers[i]->generated_tokens;
+    rec.generation = answers[i]->text;
+    rec.target = test[i].answer;
     rec.score = score_gsm8k(rec.generation, rec.target);
     strict.push_back(rec.score.strict_correct);
     flexible.push_back(rec.score.flexible_correct);
     result.generated_tokens += rec.generated_tokens;
     result.records.push_back(std::move(rec));
-    bar.advance(1);
-    const MeanSe acc = mean_se(flexible);
-    bar.set_suffix(fmt::format("flex {:.1f}%", 100.0 * acc.mean));
   }
-  bar.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (n > 0) {
     result.strict_match = mean_se(strict);

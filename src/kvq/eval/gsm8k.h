@@ -77,6 +77,21 @@ struct Gsm8kOptions {
   // quantized cache). Attention hooks live on the model itself.
   std::function<void(model::KvCache&)> prepare_cache;
   bool progress = true;  // progress bar on stderr (drawn only on a terminal)
+  // Questions generated together: each is prefilled alone, then those in flight decode one token
+  // each per step, reading every weight once for all of them. Up to 8 (the batched GEMV) the
+  // generations are bit-identical to one question at a time; beyond, sgemm's rounding may differ.
+  std::int64_t batch = 8;
+  // JSONL of finished questions, appended as each finishes: those found there (same index and
+  // prompt) are not generated again, so an interrupted run resumes. The caller names the file
+  // after the model and scheme. Empty: none.
+  std::filesystem::path resume_file;
+};
+
+// One greedy generation.
+struct Gsm8kGeneration {
+  std::string text;  // after stop-string truncation
+  std::int64_t prompt_tokens = 0;
+  std::int64_t generated_tokens = 0;
 };
 
 struct Gsm8kRecord {
@@ -104,12 +119,12 @@ std::string gsm8k_prompt(const tok::ChatTemplate& chat_template,
                          const std::vector<Gsm8kExample>& train, std::int64_t index,
                          std::int64_t num_fewshot = 5, std::uint64_t seed = 1234);
 
-// Greedy generation of `prompt` with lm-eval's stopping rules (see above). Returns the
-// truncated text; `generated_tokens` receives the number of tokens generated.
-std::string gsm8k_generate(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
-                           const std::string& prompt, const Gsm8kOptions& options,
-                           std::int64_t* prompt_tokens = nullptr,
-                           std::int64_t* generated_tokens = nullptr);
+// Greedy generation of each prompt with lm-eval's stopping rules (see above), options.batch at a
+// time.
+std::vector<Gsm8kGeneration> gsm8k_generate(model::LlamaModel& model,
+                                            const tok::Tokenizer& tokenizer,
+                                            const std::vector<std::string>& prompts,
+                                            const Gsm8kOptions& options);
 
 Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
                       const Gsm8kOptions& options);

@@ -244,30 +244,48 @@ KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity, KvForm
 }
 
 std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::int64_t batch,
-                                   KvCache& cache) {
+                                   std::span<KvCache* const> caches) {
   const io::ModelConfig& c = config_;
   if (batch <= 0 || tokens.empty() || static_cast<std::int64_t>(tokens.size()) % batch != 0) {
     fail<InvalidArgument>("forward: {} tokens do not form {} equal non-empty sequences",
                           tokens.size(), batch);
   }
   const std::int64_t S = static_cast<std::int64_t>(tokens.size()) / batch;
-  if (cache.batch() != batch || cache.layers() != c.num_hidden_layers ||
-      cache.kv_heads() != c.num_key_value_heads || cache.head_dim() != c.head_dim) {
-    fail<InvalidArgument>(
-        "forward: KV cache (batch {}, layers {}, kv_heads {}, head_dim {}) does not fit the model "
-        "and batch {}",
-        cache.batch(), cache.layers(), cache.kv_heads(), cache.head_dim(), batch);
+  // One cache holding every sequence (one length), or one cache per sequence (own lengths).
+  const bool shared = caches.size() == 1;
+  if (!shared && static_cast<std::int64_t>(caches.size()) != batch) {
+    fail<InvalidArgument>("forward: {} KV caches for {} sequences", caches.size(), batch);
   }
-  const std::int64_t past = cache.length();
-  if (past + S > cache.capacity()) {
-    fail<InvalidArgument>("forward: {} cached + {} new tokens exceed the KV cache capacity {}",
-                          past, S, cache.capacity());
+  for (std::size_t i = 0; i < caches.size(); ++i) {
+    const KvCache& cache = *caches[i];
+    const std::int64_t want_batch = shared ? batch : 1;
+    if (cache.batch() != want_batch || cache.layers() != c.num_hidden_layers ||
+        cache.kv_heads() != c.num_key_value_heads || cache.head_dim() != c.head_dim) {
+      fail<InvalidArgument>(
+          "forward: KV cache (batch {}, layers {}, kv_heads {}, head_dim {}) does not fit the "
+          "model and batch {}",
+          cache.batch(), cache.layers(), cache.kv_heads(), cache.head_dim(), want_batch);
+    }
+    if (cache.length() + S > cache.capacity()) {
+      fail<InvalidArgument>("forward: {} cached + {} new tokens exceed the KV cache capacity {}",
+                            cache.length(), S, cache.capacity());
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (caches[j] == caches[i])
+        fail<InvalidArgument>("forward: sequences {} and {} share a KV cache", j, i);
+    }
   }
   for (std::int32_t t : tokens) {
     if (t < 0 || t >= c.vocab_size) {
       fail<InvalidArgument>("forward: token id {} out of range [0, {})", t, c.vocab_size);
     }
   }
+  // Sequence b lives in cache `cache_of(b)` at batch slot `slot_of(b)`, after `past_of(b)` tokens.
+  const auto cache_of = [&](std::int64_t b) -> KvCache& {
+    return *caches[static_cast<std::size_t>(shared ? 0 : b)];
+  };
+  const auto slot_of = [&](std::int64_t b) { return shared ? b : std::int64_t{0}; };
+  const auto past_of = [&](std::int64_t b) { return cache_of(b).length(); };
   const std::int64_t hid = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
   const std::int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
   const std::int64_t rows = batch * S;
@@ -284,7 +302,8 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
       std::memcpy(x.data() + r * hid, emb.f32() + row, n(hid) * sizeof(float));
     }
   }
-  const RopeTable rope = rope_table(inv_freq_, past, S);
+  std::vector<RopeTable> ropes;  // one per cache: positions [past, past + S)
+  for (KvCache* cache : caches) ropes.push_back(rope_table(inv_freq_, cache->length(), S));
   std::vector<float> h(n(rows * hid));       // [batch * S, hidden] normed
   std::vector<float> qp(n(rows * H * d));    // [batch * S, heads * head_dim]
   std::vector<float> kp(n(rows * Hkv * d));  // [batch * S, kv_heads * head_dim]
@@ -306,7 +325,10 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
         for (std::int64_t s = 0; s < S; ++s) {
           float* out = dst.data() + ((b * heads + hh) * S + s) * d;
           std::memcpy(out, src.data() + ((b * S + s) * heads + hh) * d, n(d) * sizeof(float));
-          if (rotate) kernels::ref::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
+          if (rotate) {
+            const RopeTable& rope = ropes[static_cast<std::size_t>(shared ? 0 : b)];
+            kernels::ref::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
+          }
         }
       }
     }
@@ -323,20 +345,29 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
     to_heads(kp, k, Hkv, true);
     to_heads(vp, v, Hkv, false);
 
-    StatesView qs{q.data(), batch, H, S, d, past};
-    StatesView ks{k.data(), batch, Hkv, S, d, past};
-    StatesView vs{v.data(), batch, Hkv, S, d, past};
-    L.attn->run_key_value_hooks(ks, vs);
-    cache.keys(l).write(past, S, k.data());
-    cache.values(l).write(past, S, v.data());
-    L.attn->run_query_hooks(qs);
+    // Hooks and cache writes per cache: each sees its sequences at its own positions.
+    for (std::size_t i = 0; i < caches.size(); ++i) {
+      const std::int64_t nb = shared ? batch : 1, b0 = static_cast<std::int64_t>(i);
+      const std::int64_t past = caches[i]->length();
+      float* qb = q.data() + b0 * H * S * d;
+      float* kb = k.data() + b0 * Hkv * S * d;
+      float* vb = v.data() + b0 * Hkv * S * d;
+      StatesView qs{qb, nb, H, S, d, past};
+      StatesView ks{kb, nb, Hkv, S, d, past};
+      StatesView vs{vb, nb, Hkv, S, d, past};
+      L.attn->run_key_value_hooks(ks, vs);
+      caches[i]->keys(l).write(past, S, kb);
+      caches[i]->values(l).write(past, S, vb);
+      L.attn->run_query_hooks(qs);
+    }
 
-    kernels::AttentionParams ap{H, Hkv, d, S, past, scale};
     for (std::int64_t b = 0; b < batch; ++b) {
+      KvCache& cache = cache_of(b);
       for (std::int64_t hh = 0; hh < Hkv; ++hh) {
-        kviews[n(hh)] = cache.keys(l).rows(b, hh);
-        vviews[n(hh)] = cache.values(l).rows(b, hh);
+        kviews[n(hh)] = cache.keys(l).rows(slot_of(b), hh);
+        vviews[n(hh)] = cache.values(l).rows(slot_of(b), hh);
       }
+      const kernels::AttentionParams ap{H, Hkv, d, S, past_of(b), scale};
       kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
                          attn_out.data() + b * S * H * d);
     }
@@ -354,7 +385,7 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
     apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }
-  cache.advance(S);
+  for (KvCache* cache : caches) cache->advance(S);
   kernels::ref::rmsnorm(x.data(), norm_->weight().f32(), h.data(), rows, hid, eps);
   return h;
 }
@@ -384,7 +415,8 @@ Tensor LlamaModel::logits_for(const std::vector<float>& hidden, std::int64_t bat
 
 Tensor LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
                                  KvCache& cache, LogitsMode mode) {
-  const std::vector<float> hidden = run(tokens, batch, cache);
+  KvCache* const one[1] = {&cache};
+  const std::vector<float> hidden = run(tokens, batch, one);
   return logits_for(hidden, batch, static_cast<std::int64_t>(tokens.size()) / batch, mode);
 }
 
@@ -409,9 +441,24 @@ Tensor LlamaModel::forward(std::span<const std::int32_t> tokens, LogitsMode mode
   return t.reshape({t.dim(1), t.dim(2)});
 }
 
+Tensor LlamaModel::decode_step(std::span<const std::int32_t> tokens,
+                               std::span<KvCache* const> caches) {
+  if (tokens.size() != caches.size() || tokens.empty()) {
+    fail<InvalidArgument>(
+        "decode_step: {} tokens for {} KV caches (one token per cache, at least one)",
+        tokens.size(), caches.size());
+  }
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  // With one sequence, `caches` is the shared-cache form, which must then hold batch 1.
+  const std::vector<float> hidden = run(tokens, n, caches);
+  Tensor t = logits_for(hidden, n, 1, LogitsMode::kLast);
+  return t.reshape({n, config_.vocab_size});
+}
+
 Tensor LlamaModel::forward_hidden(std::span<const std::int32_t> tokens, std::int64_t batch,
                                   KvCache& cache) {
-  const std::vector<float> hidden = run(tokens, batch, cache);
+  KvCache* const one[1] = {&cache};
+  const std::vector<float> hidden = run(tokens, batch, one);
   const std::int64_t seq = static_cast<std::int64_t>(tokens.size()) / batch;
   return Tensor::from_f32({batch, seq, config_.hidden_size}, hidden);
 }

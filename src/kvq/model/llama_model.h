@@ -101,6 +101,14 @@ class LlamaModel {
   Tensor forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
                        LogitsMode mode = LogitsMode::kAll);
 
+  // One decode step of several independent sequences, each in its own cache (batch 1, its own
+  // length): tokens[i] is appended to *caches[i]. Logits [n, vocab]. Up to
+  // kernels::kMaxBatchedGemvRows sequences, row i is bit-identical to
+  // forward({tokens[i]}, *caches[i]) (the batched GEMV reads each weight once for all of them);
+  // beyond that, equal up to sgemm's summation order. InvalidArgument when the counts differ, a
+  // cache is given twice, or one is full.
+  Tensor decode_step(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches);
+
   // The final-norm hidden states [batch, S, hidden] without the lm_head, for callers that turn
   // them into logits a chunk at a time (perplexity over long windows).
   Tensor forward_hidden(std::span<const std::int32_t> tokens, std::int64_t batch, KvCache& cache);
@@ -112,8 +120,11 @@ class LlamaModel {
   LlamaModel() = default;
   void build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
              const std::string& source_name, const LoadOptions& options);
-  // Runs the decoder stack; returns final-norm hidden states [batch * S, hidden].
-  std::vector<float> run(std::span<const std::int32_t> tokens, std::int64_t batch, KvCache& cache);
+  // Runs the decoder stack; returns final-norm hidden states [batch * S, hidden]. `caches` is
+  // either one cache holding all `batch` sequences (one length) or one batch-1 cache per sequence
+  // (each at its own length).
+  std::vector<float> run(std::span<const std::int32_t> tokens, std::int64_t batch,
+                         std::span<KvCache* const> caches);
   Tensor logits_for(const std::vector<float>& hidden, std::int64_t batch, std::int64_t seq,
                     LogitsMode mode) const;
 

@@ -6,8 +6,10 @@
 
 #include "kvq/eval/gsm8k.h"
 #include "kvq/eval/kld.h"
+#include "kvq/eval/logits_cache.h"
 #include "kvq/io/json_file.h"
 #include "kvq/model/llama_model.h"
+#include "kvq/tokenizer/chat_template.h"
 #include "kvq/tokenizer/tokenizer.h"
 #include "support/test_paths.h"
 
@@ -59,6 +61,78 @@ TEST(EvalModel, Gsm8kTwoQuestionsProduceConsistentRecords) {
   EXPECT_GE(r.flexible_extract.mean, 0.0);
   EXPECT_LE(r.flexible_extract.mean, 1.0);
   EXPECT_EQ(r.strict_match.n, 2);
+}
+
+// Questions decoded together (2 in flight for 3 questions, so a finished slot is refilled)
+// give exactly the answers of one question at a time.
+TEST(EvalModel, Gsm8kBatchedEqualsOneAtATime) {
+  KVQ_REQUIRE_DEFAULT_MODEL();
+  auto model = model::LlamaModel::load(test::default_model_dir());
+  const auto tokenizer = tok::Tokenizer::from_dir(test::default_model_dir());
+  Gsm8kOptions options;
+  options.data_dir = test::shared_data_dir() / "gsm8k";
+  options.limit = 3;
+  options.max_new_tokens = 16;
+  options.progress = false;
+  options.batch = 1;
+  const Gsm8kResult single = run_gsm8k(*model, tokenizer, options);
+  options.batch = 2;
+  const Gsm8kResult batched = run_gsm8k(*model, tokenizer, options);
+  ASSERT_EQ(single.records.size(), 3u);
+  ASSERT_EQ(batched.records.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(batched.records[i].index, static_cast<std::int64_t>(i));
+    EXPECT_EQ(batched.records[i].generation, single.records[i].generation) << "question " << i;
+    EXPECT_EQ(batched.records[i].generated_tokens, single.records[i].generated_tokens);
+    EXPECT_EQ(batched.records[i].prompt_tokens, single.records[i].prompt_tokens);
+  }
+}
+
+// The resume file: answers found there (same index and prompt) are reused, a line cut short by an
+// interruption is skipped, and new questions are appended.
+TEST(EvalModel, Gsm8kResumesFromItsRecordFile) {
+  KVQ_REQUIRE_DEFAULT_MODEL();
+  auto model = model::LlamaModel::load(test::default_model_dir());
+  const auto tokenizer = tok::Tokenizer::from_dir(test::default_model_dir());
+  test::TempDir dir;
+  Gsm8kOptions options;
+  options.data_dir = test::shared_data_dir() / "gsm8k";
+  options.max_new_tokens = 8;
+  options.progress = false;
+  options.resume_file = dir / "answers.jsonl";
+  // A planted answer for question 0 with the right prompt hash, one with a stale hash for
+  // question 1, and a truncated line.
+  const auto test_set = load_gsm8k(options.data_dir / "test.jsonl");
+  const auto train_set = load_gsm8k(options.data_dir / "train.jsonl");
+  const std::string p0 =
+      gsm8k_prompt(tok::ChatTemplate(tokenizer.chat_template()), test_set, train_set, 0);
+  {
+    std::ofstream out(options.resume_file, std::ios::binary);
+    out << R"({"index":0,"prompt_fnv1a64":)" << fnv1a64(p0.data(), p0.size())
+        << R"(,"prompt_tokens":1,"generated_tokens":2,"generation":"planted #### 18"})"
+        << "\n";
+    out << R"({"index":1,"prompt_fnv1a64":1,"prompt_tokens":1,"generated_tokens":2,)"
+        << R"("generation":"stale"})"
+        << "\n";
+    out << R"({"index":2,"prompt_fn)";
+  }
+  options.limit = 3;
+  const Gsm8kResult r = run_gsm8k(*model, tokenizer, options);
+  ASSERT_EQ(r.records.size(), 3u);
+  EXPECT_EQ(r.records[0].generation, "planted #### 18");
+  EXPECT_TRUE(r.records[0].score.flexible_correct);  // question 0's answer is 18
+  EXPECT_NE(r.records[1].generation, "stale");
+  EXPECT_GT(r.records[2].prompt_tokens, 500);
+  // Questions 1 and 2 were generated and appended: a second run generates nothing new and
+  // returns the same records.
+  std::ifstream in(options.resume_file, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(R"("index":1,)"), std::string::npos);
+  const auto size = std::filesystem::file_size(options.resume_file);
+  const Gsm8kResult again = run_gsm8k(*model, tokenizer, options);
+  EXPECT_EQ(std::filesystem::file_size(options.resume_file), size);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(again.records[i].generation, r.records[i].generation);
 }
 
 TEST(EvalModel, KldOfBaselineAgainstItselfIsZero) {

@@ -1,8 +1,12 @@
 // Shared by the fp32 and bf16 Linear kernel tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "kvq/kernels/cpu/cpu_features.h"
@@ -27,6 +31,21 @@ inline std::vector<Isa> supported_isas() {
   if (detected_isa() == Isa::kAvx2 || detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx2);
   if (detected_isa() == Isa::kAvx512) isas.push_back(Isa::kAvx512);
   return isas;
+}
+
+// batch(x, y) computes y [m, n] from x [m, k]; single(x_i, y_i) one row. Every row of the batch
+// must equal the single-input result bit for bit (memcmp: -0 vs +0 and NaN payloads count).
+template <class Batch, class Single>
+void expect_rows_bit_identical(Batch&& batch, Single&& single, const std::vector<float>& x,
+                               std::int64_t m, std::int64_t n, std::int64_t k,
+                               std::string_view what) {
+  std::vector<float> got(static_cast<std::size_t>(m * n), -1.0f), want(static_cast<std::size_t>(n));
+  batch(x.data(), got.data());
+  for (std::int64_t i = 0; i < m; ++i) {
+    single(x.data() + i * k, want.data());
+    ASSERT_EQ(std::memcmp(got.data() + i * n, want.data(), want.size() * sizeof(float)), 0)
+        << what << ": m=" << m << " n=" << n << " k=" << k << " row " << i;
+  }
 }
 
 }  // namespace kvq::kernels::test

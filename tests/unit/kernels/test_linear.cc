@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "kvq/core/threading.h"
 #include "kvq/kernels/cpu/cpu_features.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/kernels/ref/ref_kernels.h"
@@ -28,6 +30,7 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float scale 
 }
 
 using test::abs_sums;
+using test::expect_rows_bit_identical;
 using test::supported_isas;
 
 struct Dims {
@@ -99,6 +102,58 @@ TEST(Linear, SingleRowUsesGemv) {
   linear(x.data(), w.data(), a.data(), 1, 50, 96);
   gemv(w.data(), x.data(), b.data(), 50, 96);
   EXPECT_EQ(a, b);
+}
+
+// Batched GEMV (a decode step of several sequences): every row equals the single-input GEMV of
+// the same ISA bit for bit, for m below, at and above one group of 8, n around the 4-row blocks
+// and 64-row chunks (remainder rows take the one-accumulator path), k around every SIMD step.
+TEST(GemvBatch, EveryRowEqualsSingleGemvBitForBit) {
+  const std::int64_t ms[] = {1, 2, 3, 5, 8, 9, 13};
+  for (Isa isa : supported_isas()) {
+    for (const Dims& dm : kDims) {
+      const auto w = random_vector(static_cast<std::size_t>(dm.n * dm.k), 1 + dm.n);
+      for (std::int64_t m : ms) {
+        const auto x = random_vector(static_cast<std::size_t>(m * dm.k), 20 + m);
+        expect_rows_bit_identical(
+            [&](const float* xs, float* ys) {
+              gemv_batch_isa(isa, w.data(), xs, ys, m, dm.n, dm.k);
+            },
+            [&](const float* xi, float* yi) { gemv_isa(isa, w.data(), xi, yi, dm.n, dm.k); }, x, m,
+            dm.n, dm.k, isa_name(isa));
+      }
+    }
+  }
+}
+
+// The OpenMP split (1 or 2 threads) cannot change a bit either.
+TEST(GemvBatch, ThreadCountDoesNotChangeResults) {
+  const std::int64_t m = 4, n = 1000, k = 576;
+  const auto w = random_vector(static_cast<std::size_t>(n * k), 6);
+  const auto x = random_vector(static_cast<std::size_t>(m * k), 7);
+  const int saved = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    expect_rows_bit_identical(
+        [&](const float* xs, float* ys) { linear(xs, w.data(), ys, m, n, k); },
+        [&](const float* xi, float* yi) {
+          set_num_threads(1);
+          gemv(w.data(), xi, yi, n, k);
+          set_num_threads(threads);
+        },
+        x, m, n, k, threads == 1 ? "1 thread" : "2 threads");
+  }
+  set_num_threads(saved);
+}
+
+TEST(Linear, FewRowsUseTheBatchedGemv) {
+  for (std::int64_t m = 2; m <= kMaxBatchedGemvRows; ++m) {
+    const auto x = random_vector(static_cast<std::size_t>(m * 96), 5);
+    const auto w = random_vector(50 * 96, 6);
+    expect_rows_bit_identical(
+        [&](const float* xs, float* ys) { linear(xs, w.data(), ys, m, 50, 96); },
+        [&](const float* xi, float* yi) { gemv(w.data(), xi, yi, 50, 96); }, x, m, 50, 96,
+        "linear");
+  }
 }
 
 }  // namespace

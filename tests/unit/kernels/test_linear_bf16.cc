@@ -49,6 +49,7 @@ std::vector<float> widened(const std::vector<std::uint16_t>& b) {
 }
 
 using test::abs_sums;
+using test::expect_rows_bit_identical;
 using test::supported_isas;
 
 struct Dims {
@@ -146,9 +147,9 @@ TEST(GemvBf16, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(one, two);
 }
 
-// m > 1: blocks of weight rows widened, one sgemm each. Shapes with one block, several blocks
-// with a partial last one (256 K floats per block: 436 rows at k = 600, 170 at k = 1536), k not
-// a multiple of 8, and m = 2.
+// m in (1, 8]: the batched GEMV; m > 8: blocks of weight rows widened, one sgemm each. Shapes with
+// one block, several blocks with a partial last one (256 K floats per block: 436 rows at k = 600,
+// 170 at k = 1536), k not a multiple of 8, and m = 2.
 TEST(LinearBf16, PrefillMatchesReferenceAndFp32OnRoundedWeights) {
   const std::int64_t shapes[][3] = {{2, 3, 5},       {7, 64, 64},    {33, 100, 77},
                                     {16, 1000, 600}, {5, 400, 1536}, {3, 1, 9}};
@@ -184,6 +185,25 @@ TEST(LinearBf16, SingleRowUsesGemv) {
   linear_bf16(x.data(), wb.data(), a.data(), 1, 50, 96);
   gemv_bf16(wb.data(), x.data(), b.data(), 50, 96);
   EXPECT_EQ(a, b);
+}
+
+// Batched GEMV on bf16 weights: every row bit-identical to the single-input bf16 GEMV.
+TEST(GemvBatchBf16, EveryRowEqualsSingleGemvBitForBit) {
+  const Dims dims[] = {{5, 15}, {63, 65}, {130, 31}, {576, 576}, {64, 1536}};
+  for (Isa isa : supported_isas()) {
+    for (const Dims& dm : dims) {
+      const auto wb = to_bf16(random_vector(static_cast<std::size_t>(dm.n * dm.k), 3 + dm.n));
+      for (std::int64_t m : {2, 7, 8, 11}) {
+        const auto x = random_vector(static_cast<std::size_t>(m * dm.k), 30 + m);
+        expect_rows_bit_identical(
+            [&](const float* xs, float* ys) {
+              gemv_batch_bf16_isa(isa, wb.data(), xs, ys, m, dm.n, dm.k);
+            },
+            [&](const float* xi, float* yi) { gemv_bf16_isa(isa, wb.data(), xi, yi, dm.n, dm.k); },
+            x, m, dm.n, dm.k, isa_name(isa));
+      }
+    }
+  }
 }
 
 }  // namespace

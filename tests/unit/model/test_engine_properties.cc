@@ -1,8 +1,11 @@
 // Properties of the forward pass, hooks and cache on the tiny GQA Llama (4 heads, 2 KV heads,
 // head_dim 16, 3 layers): prefill == decode, batched == unbatched, hook transparency and
 // semantics, independence of two models, error handling.
+#include <cstring>
+
 #include "kvq/core/dtype.h"
 #include "kvq/io/model_config.h"
+#include "kvq/quant/formats.h"
 #include "tiny_model.h"
 
 namespace kvq::model::test {
@@ -71,6 +74,82 @@ TEST_F(Engine, BatchedEqualsUnbatched) {
   model_->forward(std::span(two).subspan(12, 12), single_cache, LogitsMode::kLast);
   const Tensor one = model_->forward(std::span(next).subspan(1, 1), single_cache);
   EXPECT_LE(max_abs_diff(step.f32() + 256, one.f32(), 256), kTol);
+}
+
+// decode_step: several sequences, each in its own cache at its own length, one token each. Up to
+// 8 sequences every row is bit-identical to decoding that sequence alone (batched GEMV); the
+// cache format (packed nvfp4 with dynamic scales, bf16) and the query / key hooks, which see each
+// sequence at its own position, change nothing.
+TEST_F(Engine, DecodeStepEqualsDecodingEachSequenceAlone) {
+  for (KvFormat format : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kNVFP4}) {
+    std::vector<std::int64_t> starts;
+    ScopedHook hook(model_->attention(2).register_key_hook(
+        [&](AttentionModule&, StatesView s) { starts.push_back(s.start_position); }));
+    const std::int64_t lengths[] = {12, 3, 7, 1, 9};
+    std::vector<KvCache> together, alone;
+    for (std::int64_t len : lengths) {
+      for (auto* set : {&together, &alone}) {
+        set->push_back(model_->make_cache(1, 32, format));
+        model_->forward(std::span(kPrompt).first(static_cast<std::size_t>(len)), set->back());
+      }
+    }
+    std::vector<KvCache*> ptrs;
+    for (KvCache& c : together) ptrs.push_back(&c);
+    std::vector<std::int32_t> tokens = {11, 22, 33, 44, 55};
+    for (int step = 0; step < 4; ++step) {
+      starts.clear();
+      const Tensor batched = model_->decode_step(tokens, ptrs);
+      ASSERT_EQ(batched.shape(), (Shape{5, 256}));
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        EXPECT_EQ(starts[i], lengths[i] + step) << "sequence " << i;
+        const std::int32_t one[1] = {tokens[i]};
+        const Tensor single = model_->forward(one, alone[i]);
+        EXPECT_EQ(std::memcmp(batched.f32() + i * 256, single.f32(), 256 * sizeof(float)), 0)
+            << quant::kv_format_name(format) << " sequence " << i << " step " << step;
+        tokens[i] = (tokens[i] * 5 + step) % 256;
+      }
+    }
+    for (std::size_t i = 0; i < together.size(); ++i)
+      EXPECT_EQ(together[i].length(), lengths[i] + 4);
+  }
+}
+
+// More sequences than the batched GEMV takes: sgemm, equal within its rounding.
+TEST_F(Engine, DecodeStepOfManySequences) {
+  std::vector<KvCache> caches;
+  std::vector<KvCache*> ptrs;
+  std::vector<std::int32_t> tokens;
+  for (int i = 0; i < 11; ++i) {
+    caches.push_back(model_->make_cache(1, 16));
+    model_->forward(std::span(kPrompt).first(static_cast<std::size_t>(1 + i)), caches.back());
+    tokens.push_back(3 * i + 1);
+  }
+  for (KvCache& c : caches) ptrs.push_back(&c);
+  const Tensor batched = model_->decode_step(tokens, ptrs);
+  for (int i = 0; i < 11; ++i) {
+    KvCache c = model_->make_cache(1, 16);
+    model_->forward(std::span(kPrompt).first(static_cast<std::size_t>(1 + i)), c);
+    const std::int32_t one[1] = {tokens[static_cast<std::size_t>(i)]};
+    const Tensor single = model_->forward(one, c);
+    EXPECT_LE(max_abs_diff(batched.f32() + i * 256, single.f32(), 256), kTol) << i;
+  }
+}
+
+TEST_F(Engine, DecodeStepRejectsBadInputs) {
+  KvCache a = model_->make_cache(1, 4), b = model_->make_cache(1, 4),
+          two = model_->make_cache(2, 4);
+  const std::vector<std::int32_t> t2 = {1, 2}, t1 = {1};
+  KvCache* ab[2] = {&a, &b};
+  KvCache* aa[2] = {&a, &a};
+  KvCache* a_two[2] = {&a, &two};
+  EXPECT_THROW(model_->decode_step(t1, ab), InvalidArgument);     // counts differ
+  EXPECT_THROW(model_->decode_step(t2, aa), InvalidArgument);     // one cache twice
+  EXPECT_THROW(model_->decode_step(t2, a_two), InvalidArgument);  // a batch-2 cache
+  EXPECT_THROW(model_->decode_step({}, std::span<KvCache* const>()), InvalidArgument);
+  EXPECT_EQ(a.length(), 0);
+  EXPECT_EQ(b.length(), 0);
+  EXPECT_NO_THROW(model_->decode_step(t2, ab));
+  EXPECT_EQ(a.length(), 1);
 }
 
 TEST_F(Engine, CacheLessForwardTakesTheSameRoute) {

@@ -196,6 +196,177 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void gemv_rows_avx512(
   }
 }
 
+// ---- Batched GEMV: m inputs against one weight matrix, each weight row read once. ----
+//
+// Rows [r0, r1) of y [m, ldy] = x [m, k] · Wᵀ. For every input the arithmetic is exactly that of
+// the gemv_rows_* kernel of the same ISA (same accumulators, same order, same horizontal sums),
+// so row i of the result is bit-identical to gemv(W, x_i): decoding several sequences at once
+// gives each the logits it would get alone. Inputs go in groups of up to kBatchGroup; the weight
+// row stays in L1 between groups.
+constexpr int kBatchGroup = 8;
+
+template <class W>
+void gemv_batch_rows_scalar(const W* w, const float* x, float* y, std::int64_t m, std::int64_t ldy,
+                            std::int64_t r0, std::int64_t r1, std::int64_t k) {
+  std::vector<float> out(static_cast<std::size_t>(r1 - r0));
+  for (std::int64_t i = 0; i < m; ++i) {
+    gemv_rows_scalar(w + r0 * k, x + i * k, out.data(), 0, r1 - r0, k);
+    std::copy(out.begin(), out.end(), y + i * ldy + r0);
+  }
+}
+
+// One weight row against M inputs, as gemv_rows_avx2 does it for each: one 8-wide accumulator,
+// hsum256, then the k tail as scalar FMAs.
+template <int M, class W>
+__attribute__((target("avx2,fma"))) inline void batch_row_avx2(const W* wr, const float* x,
+                                                               std::int64_t k, float* y,
+                                                               std::int64_t ldy) {
+  const std::int64_t k8 = k / 8 * 8;
+  __m256 a[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) a[i] = _mm256_setzero_ps();
+  for (std::int64_t c = 0; c < k8; c += 8) {
+    const __m256 wv = load8(wr + c);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) a[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i * k + c), a[i]);
+  }
+  for (int i = 0; i < M; ++i) {
+    float s = hsum256(a[i]);
+    for (std::int64_t c = k8; c < k; ++c) s = std::fma(widen(wr[c]), x[i * k + c], s);
+    y[i * ldy] = s;
+  }
+}
+
+// One weight row against M inputs, as gemv_rows_avx512 does it for each: rows inside a 4-row
+// block use two accumulators (even / odd 16-lane halves of each 32-wide step), the remainder
+// rows of a range use one.
+template <int M, bool kTwoAccumulators, class W>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void batch_row_avx512(
+    const W* wr, const float* x, std::int64_t k, float* y, std::int64_t ldy) {
+  const std::int64_t k32 = k / 32 * 32;
+  const std::int64_t k16 = k / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k - k16)) - 1u);
+  __m512 a[M], b[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) a[i] = b[i] = _mm512_setzero_ps();
+  std::int64_t c = 0;
+  if constexpr (kTwoAccumulators) {
+    for (; c < k32; c += 32) {
+      const __m512 w0 = load16(wr + c);
+      const __m512 w1 = load16(wr + c + 16);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) {
+        a[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i * k + c), a[i]);
+        b[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i * k + c + 16), b[i]);
+      }
+    }
+  }
+  for (; c < k16; c += 16) {
+    const __m512 w0 = load16(wr + c);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) a[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i * k + c), a[i]);
+  }
+  if (tail) {
+    const __m512 w0 = load16(tail, wr + c);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      a[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(tail, x + i * k + c), a[i]);
+    }
+  }
+  for (int i = 0; i < M; ++i) {
+    y[i * ldy] = kTwoAccumulators ? hsum512(_mm512_add_ps(a[i], b[i])) : hsum512(a[i]);
+  }
+}
+
+// The group size as a template argument (a lambda would lose the target attribute).
+#define KVQ_BATCH_GROUP_SWITCH(g, call) \
+  switch (g) {                          \
+    case 1:                             \
+      call(1);                          \
+      break;                            \
+    case 2:                             \
+      call(2);                          \
+      break;                            \
+    case 3:                             \
+      call(3);                          \
+      break;                            \
+    case 4:                             \
+      call(4);                          \
+      break;                            \
+    case 5:                             \
+      call(5);                          \
+      break;                            \
+    case 6:                             \
+      call(6);                          \
+      break;                            \
+    case 7:                             \
+      call(7);                          \
+      break;                            \
+    default:                            \
+      call(8);                          \
+      break;                            \
+  }
+
+template <class W>
+__attribute__((target("avx2,fma"))) void gemv_batch_rows_avx2(const W* w, const float* x, float* y,
+                                                              std::int64_t m, std::int64_t ldy,
+                                                              std::int64_t r0, std::int64_t r1,
+                                                              std::int64_t k) {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    for (std::int64_t i0 = 0; i0 < m; i0 += kBatchGroup) {
+      const W* wr = w + r * k;
+      const float* xg = x + i0 * k;
+      float* yr = y + i0 * ldy + r;
+#define KVQ_CALL(M) batch_row_avx2<M>(wr, xg, k, yr, ldy)
+      KVQ_BATCH_GROUP_SWITCH(std::min<std::int64_t>(kBatchGroup, m - i0), KVQ_CALL)
+#undef KVQ_CALL
+    }
+  }
+}
+
+template <class W>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void gemv_batch_rows_avx512(
+    const W* w, const float* x, float* y, std::int64_t m, std::int64_t ldy, std::int64_t r0,
+    std::int64_t r1, std::int64_t k) {
+  // gemv_rows_avx512's split: whole 4-row blocks from r0, then the remainder rows.
+  const std::int64_t blocked_end = r0 + (r1 - r0) / kRowsPerBlock * kRowsPerBlock;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    for (std::int64_t i0 = 0; i0 < m; i0 += kBatchGroup) {
+      const W* wr = w + r * k;
+      const float* xg = x + i0 * k;
+      float* yr = y + i0 * ldy + r;
+      const std::int64_t g = std::min<std::int64_t>(kBatchGroup, m - i0);
+      if (r < blocked_end) {
+#define KVQ_CALL(M) batch_row_avx512<M, true>(wr, xg, k, yr, ldy)
+        KVQ_BATCH_GROUP_SWITCH(g, KVQ_CALL)
+#undef KVQ_CALL
+      } else {
+#define KVQ_CALL(M) batch_row_avx512<M, false>(wr, xg, k, yr, ldy)
+        KVQ_BATCH_GROUP_SWITCH(g, KVQ_CALL)
+#undef KVQ_CALL
+      }
+    }
+  }
+}
+#undef KVQ_BATCH_GROUP_SWITCH
+
+template <class W>
+using GemvBatchRows = void (*)(const W*, const float*, float*, std::int64_t, std::int64_t,
+                               std::int64_t, std::int64_t, std::int64_t);
+
+template <class W>
+GemvBatchRows<W> batch_rows_kernel(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return gemv_batch_rows_avx512<W>;
+    case Isa::kAvx2:
+      return gemv_batch_rows_avx2<W>;
+    case Isa::kScalar:
+      return gemv_batch_rows_scalar<W>;
+  }
+  return gemv_batch_rows_scalar<W>;
+}
+
 template <class W>
 using GemvRows = void (*)(const W*, const float*, float*, std::int64_t, std::int64_t, std::int64_t);
 
@@ -231,6 +402,27 @@ void gemv_parallel(Isa isa, const W* w, const float* x, float* y, std::int64_t n
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c) {
     kernel(w, x, y, c * kChunk, std::min(n, (c + 1) * kChunk), k);
+  }
+}
+
+template <class W>
+void gemv_batch_parallel(Isa isa, const W* w, const float* x, float* y, std::int64_t m,
+                         std::int64_t n, std::int64_t k) {
+  const GemvBatchRows<W> kernel = batch_rows_kernel<W>(isa);
+  // gemv_parallel's chunks (64 rows, a multiple of the 4-row blocks, so the blocks and the
+  // remainder rows are the same as for a single input whatever the thread count).
+  constexpr std::int64_t kChunk = 64;
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int threads = m * n * k < kMinParallelWork
+                          ? 1
+                          : static_cast<int>(std::min<std::int64_t>(num_threads(), chunks));
+  if (threads <= 1) {
+    kernel(w, x, y, m, n, 0, n, k);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    kernel(w, x, y, m, n, c * kChunk, std::min(n, (c + 1) * kChunk), k);
   }
 }
 
@@ -278,6 +470,16 @@ void gemv_bf16_isa(Isa isa, const std::uint16_t* w, const float* x, float* y, st
 
 void gemv_bf16(const std::uint16_t* w, const float* x, float* y, std::int64_t n, std::int64_t k) {
   gemv_bf16_isa(detected_isa(), w, x, y, n, k);
+}
+
+void gemv_batch_isa(Isa isa, const float* w, const float* x, float* y, std::int64_t m,
+                    std::int64_t n, std::int64_t k) {
+  gemv_batch_parallel(isa, w, x, y, m, n, k);
+}
+
+void gemv_batch_bf16_isa(Isa isa, const std::uint16_t* w, const float* x, float* y, std::int64_t m,
+                         std::int64_t n, std::int64_t k) {
+  gemv_batch_parallel(isa, w, x, y, m, n, k);
 }
 
 void widen_bf16_isa(Isa isa, const std::uint16_t* in, float* out, std::int64_t count) {
@@ -328,6 +530,8 @@ void linear(const float* x, const float* w, float* y, std::int64_t m, std::int64
   if (m <= 0 || n <= 0) return;
   if (m == 1) {
     gemv(w, x, y, n, k);
+  } else if (m <= kMaxBatchedGemvRows) {
+    gemv_batch_isa(detected_isa(), w, x, y, m, n, k);
   } else {
     sgemm_xwt(x, w, y, m, n, k);
   }
@@ -338,6 +542,8 @@ void linear_bf16(const float* x, const std::uint16_t* w, float* y, std::int64_t 
   if (m <= 0 || n <= 0) return;
   if (m == 1) {
     gemv_bf16(w, x, y, n, k);
+  } else if (m <= kMaxBatchedGemvRows) {
+    gemv_batch_bf16_isa(detected_isa(), w, x, y, m, n, k);
   } else {
     sgemm_xwt_bf16(x, w, y, m, n, k);
   }

@@ -1,9 +1,12 @@
 // Fast Linear layers: y = x · Wᵀ with W in PyTorch's [out, in] row-major layout, W in fp32 or
 // bf16.
 //
-// Prefill (m > 1) goes to OpenBLAS sgemm. Decode (m == 1) is memory bound and OpenBLAS is slow
-// there, so it runs a custom GEMV (AVX-512 / AVX2 / scalar, picked at run time) parallelised over
-// output rows with OpenMP (kvq::num_threads()).
+// Prefill (m > kMaxBatchedGemvRows) goes to OpenBLAS sgemm. Decode (m == 1) is memory bound and
+// OpenBLAS is slow there, so it runs a custom GEMV (AVX-512 / AVX2 / scalar, picked at run time)
+// parallelised over output rows with OpenMP (kvq::num_threads()). A decode step of a few
+// sequences at once (1 < m <= kMaxBatchedGemvRows) runs the batched GEMV: each weight row is read
+// once for all m inputs, and every output row is bit-identical to the single-input GEMV's, so a
+// sequence decoded in a batch gets exactly the logits it gets alone.
 //
 // bf16 weights (std::uint16_t holding the top 16 bits of an fp32) halve the bytes a decode step
 // reads. x, the products, the accumulation and y stay fp32: a weight is widened exactly (a 16-bit
@@ -21,6 +24,9 @@
 
 namespace kvq::kernels {
 
+// Largest m that runs the batched GEMV rather than sgemm.
+inline constexpr std::int64_t kMaxBatchedGemvRows = 8;
+
 // x [m, k], w [n, k], y [m, n].
 void linear(const float* x, const float* w, float* y, std::int64_t m, std::int64_t n,
             std::int64_t k);
@@ -36,6 +42,13 @@ void gemv_bf16(const std::uint16_t* w, const float* x, float* y, std::int64_t n,
 void gemv_isa(Isa isa, const float* w, const float* x, float* y, std::int64_t n, std::int64_t k);
 void gemv_bf16_isa(Isa isa, const std::uint16_t* w, const float* x, float* y, std::int64_t n,
                    std::int64_t k);
+
+// y [m, n] = x [m, k] · W [n, k]ᵀ as m GEMVs sharing each weight row; row i bit-identical to
+// gemv_isa(isa, w, x + i·k, ...). The caller must check the CPU supports `isa`.
+void gemv_batch_isa(Isa isa, const float* w, const float* x, float* y, std::int64_t m,
+                    std::int64_t n, std::int64_t k);
+void gemv_batch_bf16_isa(Isa isa, const std::uint16_t* w, const float* x, float* y, std::int64_t m,
+                         std::int64_t n, std::int64_t k);
 
 // OpenBLAS sgemm for any m (exposed for the benchmark). The bf16 form widens blocks of weight
 // rows to fp32 and runs sgemm per block; deterministic (fixed blocks).
