@@ -123,6 +123,28 @@ BENCHMARK(BM_Gemv)
     ->Args({49152, 576})
     ->UseRealTime();
 
+// m inputs against one matrix (a decode step of m sequences), DRAM-resident weights as in
+// BM_Gemv. GB/s counts the weights once: the ratio to BM_Gemv is the batching gain.
+void BM_GemvBatch(benchmark::State& state) {
+  const std::int64_t n = state.range(0), k = state.range(1), m = state.range(2);
+  const std::int64_t copies = std::max<std::int64_t>(1, (256ll << 20) / (n * k * 4));
+  const auto w = random_vector(static_cast<std::size_t>(copies * n * k), 3);
+  const auto x = random_vector(static_cast<std::size_t>(m * k), 4);
+  std::vector<float> y(static_cast<std::size_t>(m * n));
+  std::int64_t i = 0;
+  for (auto _ : state) {
+    kvq::kernels::linear(x.data(), w.data() + (i++ % copies) * n * k, y.data(), m, n, k);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * k * 4);
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(state.iterations() * m),
+                                                benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_GemvBatch)
+    ->ArgsProduct({{1536}, {576}, {1, 2, 4, 8}})
+    ->ArgsProduct({{49152}, {576}, {1, 8}})
+    ->UseRealTime();
+
 // Decode attention over the PACKED cache, one format per run (state.range(0) = KvFormat,
 // range(1) = context). A "layer" is 3 kv heads × ctx rows of K and V; the benchmark cycles over
 // max(30, enough to exceed 256 MiB) such layers so every step reads K+V from DRAM, not L3 (the
@@ -281,6 +303,36 @@ void BM_ModelDecode128(benchmark::State& state) {
       benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ModelDecode128)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One decode step of `batch` sequences at context 1024 each (LlamaModel::decode_step); tok/s
+// counts every sequence's token.
+void BM_ModelDecodeBatch(benchmark::State& state) {
+  auto& model = smollm_shaped();
+  const std::int64_t batch = state.range(0);
+  std::vector<std::int32_t> prompt(1023);
+  for (int i = 0; i < 1023; ++i) prompt[i] = (i * 17) % 49152;
+  std::vector<kvq::model::KvCache> caches;
+  std::vector<kvq::model::KvCache*> ptrs;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    caches.push_back(model.make_cache(1, 1024));
+    model.forward(prompt, caches.back(), kvq::model::LogitsMode::kLast);
+  }
+  for (auto& c : caches) ptrs.push_back(&c);
+  const std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch), 42);
+  for (auto _ : state) {
+    for (auto& c : caches) c.truncate(1023);
+    benchmark::DoNotOptimize(model.decode_step(tokens, ptrs));
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations() * batch),
+                                               benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ModelDecodeBatch)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -92,6 +92,8 @@ struct Simd {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static constexpr int kReduceBlock = 1;  // no block reduction: one reduce per vector
+  static void reduce_block(const V* v, float* out) { *out = reduce(*v); }
   template <KvFormat F>
   static V load(const std::byte* row, std::int64_t i, V zp) {
     return load8<F>(row, i, zp);

@@ -23,7 +23,7 @@ constexpr KvFormat kAll[] = {KvFormat::kF32,  KvFormat::kBF16, KvFormat::kF16,  
                              KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4};
 constexpr std::int64_t kLengths[] = {7, 16, 40, 64, 128};
 constexpr std::int64_t kQueries[] = {1, 2, 3, 5, 8, 9, 17};
-constexpr std::int64_t kRows = 13;
+constexpr std::int64_t kRows = 37;  // two blocks of 16 rows (AVX-512 block reduction) + 5
 
 struct Rows {
   RowCodec codec;
@@ -128,6 +128,32 @@ TEST(RowKernels, PackedRowsBitIdenticalToFakeQuantizedFp32Rows) {
         for (std::size_t e = 0; e < acc.size(); ++e)
           ASSERT_EQ(std::bit_cast<std::uint32_t>(acc[e]), std::bit_cast<std::uint32_t>(acc_f32[e]))
               << e;
+      }
+    }
+  }
+}
+
+// A row's score does not depend on the rows decoded with it: blocks of 16 rows reduce their
+// horizontal sums together, bit-identical to one row at a time.
+TEST(RowKernels, ScoresIndependentOfRowBlocking) {
+  std::mt19937 rng(13);
+  for (KvFormat f : kAll) {
+    for (std::int64_t n : kLengths) {
+      const Rows r = make_rows(rng, f, n);
+      const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(f, n));
+      for (std::int64_t nq : {1, 3, 9}) {
+        SCOPED_TRACE(testing::Message() << kv_format_name(f) << " n=" << n << " nq=" << nq);
+        const auto q = random_vector(rng, nq * n);
+        std::vector<float> all(static_cast<std::size_t>(nq * kLd)), one(all.size());
+        dot_rows(r.codec, q.data(), nq, r.bytes.data(), kRows, all.data(), kLd);
+        for (std::int64_t j = 0; j < kRows; ++j)
+          dot_rows(r.codec, q.data(), nq, r.bytes.data() + j * row_bytes, 1, one.data() + j, kLd);
+        for (std::int64_t i = 0; i < nq; ++i)
+          for (std::int64_t j = 0; j < kRows; ++j) {
+            const auto at = static_cast<std::size_t>(i * kLd + j);
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(all[at]), std::bit_cast<std::uint32_t>(one[at]))
+                << "query " << i << " row " << j;
+          }
       }
     }
   }

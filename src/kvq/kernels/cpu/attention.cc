@@ -1,5 +1,6 @@
 #include "kvq/kernels/cpu/attention.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/threading.h"
+#include "kvq/kernels/cpu/cpu_features.h"
 #include "kvq/kernels/cpu/softmax.h"
 #include "kvq/quant/formats.h"
 
@@ -78,6 +80,116 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void tile_accumulat
   }
 }
 
+// AVX-512 forms of the two tile kernels for head_dim a multiple of 16 up to 128, register-blocked
+// (the portable loops above keep a score / accumulator row in memory and reload it for every
+// multiply-add). Same arithmetic per element: one FMA per term, in the same order.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Rows [i0, i0 + R) of s: the 64-key tile in 4 registers per row, one broadcast of q per row
+// and term.
+template <int R>
+__attribute__((target("avx512f,fma"))) inline void scores_rows_avx512(const float* q,
+                                                                      const float* kt,
+                                                                      std::int64_t d, float* s) {
+  static_assert(kKeyTile == 64);
+  __m512 a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) a[r][v] = _mm512_setzero_ps();
+  for (std::int64_t c = 0; c < d; ++c) {
+    const float* kc = kt + c * kKeyTile;
+    const __m512 k0 = _mm512_loadu_ps(kc), k1 = _mm512_loadu_ps(kc + 16);
+    const __m512 k2 = _mm512_loadu_ps(kc + 32), k3 = _mm512_loadu_ps(kc + 48);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 qb = _mm512_set1_ps(q[r * d + c]);
+      a[r][0] = _mm512_fmadd_ps(qb, k0, a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(qb, k1, a[r][1]);
+      a[r][2] = _mm512_fmadd_ps(qb, k2, a[r][2]);
+      a[r][3] = _mm512_fmadd_ps(qb, k3, a[r][3]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(s + r * kKeyTile + 16 * v, a[r][v]);
+}
+
+// All 64 columns are computed (kt past nt holds finite scratch; callers read the first nt).
+__attribute__((target("avx512f,fma"))) void tile_scores_avx512(const float* q, std::int64_t nq,
+                                                               const float* kt, std::int64_t d,
+                                                               float* s) {
+  std::int64_t i = 0;
+  for (; i + 4 <= nq; i += 4) scores_rows_avx512<4>(q + i * d, kt, d, s + i * kKeyTile);
+  for (; i < nq; ++i) scores_rows_avx512<1>(q + i * d, kt, d, s + i * kKeyTile);
+}
+
+// Rows [i0, i0 + R) of acc (DV registers each) += p · v, the rows held in registers over the
+// whole tile.
+template <int R, int DV>
+__attribute__((target("avx512f,fma"))) inline void accumulate_rows_avx512(const float* p,
+                                                                          const float* v,
+                                                                          std::int64_t nt,
+                                                                          float* acc) {
+  constexpr std::int64_t d = 16 * DV;
+  __m512 a[R][DV];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < DV; ++u) a[r][u] = _mm512_loadu_ps(acc + r * d + 16 * u);
+  for (std::int64_t j = 0; j < nt; ++j) {
+    __m512 vv[DV];
+#pragma GCC unroll 8
+    for (int u = 0; u < DV; ++u) vv[u] = _mm512_loadu_ps(v + j * d + 16 * u);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 pb = _mm512_set1_ps(p[r * kKeyTile + j]);
+#pragma GCC unroll 8
+      for (int u = 0; u < DV; ++u) a[r][u] = _mm512_fmadd_ps(pb, vv[u], a[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < DV; ++u) _mm512_storeu_ps(acc + r * d + 16 * u, a[r][u]);
+}
+
+template <int DV>
+__attribute__((target("avx512f,fma"))) void tile_accumulate_avx512(const float* p, std::int64_t nq,
+                                                                   const float* v, std::int64_t nt,
+                                                                   float* acc) {
+  constexpr int R = 16 / DV;  // 16 accumulator registers
+  constexpr std::int64_t d = 16 * DV;
+  std::int64_t i = 0;
+  for (; i + R <= nq; i += R) accumulate_rows_avx512<R, DV>(p + i * kKeyTile, v, nt, acc + i * d);
+  for (; i < nq; ++i) accumulate_rows_avx512<1, DV>(p + i * kKeyTile, v, nt, acc + i * d);
+}
+#pragma GCC diagnostic pop
+
+// The tile kernels for this CPU and head_dim.
+struct TileKernels {
+  explicit TileKernels(std::int64_t d)
+      : d(d), avx512(detected_isa() == Isa::kAvx512 && d % 16 == 0 && d >= 16 && d <= 128) {}
+  void scores(const float* q, std::int64_t nq, const float* kt, std::int64_t nt, float* s) const {
+    if (avx512) {
+      tile_scores_avx512(q, nq, kt, d, s);
+    } else {
+      tile_scores(q, nq, kt, nt, d, s);
+    }
+  }
+  void accumulate(const float* p, std::int64_t nq, const float* v, std::int64_t nt,
+                  float* acc) const {
+    if (!avx512) return tile_accumulate(p, nq, v, nt, d, acc);
+    switch (d / 16) {
+      case 1:
+        return tile_accumulate_avx512<1>(p, nq, v, nt, acc);
+      case 2:
+        return tile_accumulate_avx512<2>(p, nq, v, nt, acc);
+      case 4:
+        return tile_accumulate_avx512<4>(p, nq, v, nt, acc);
+      case 8:
+        return tile_accumulate_avx512<8>(p, nq, v, nt, acc);
+      default:
+        return tile_accumulate(p, nq, v, nt, d, acc);
+    }
+  }
+  std::int64_t d;
+  bool avx512;
+};
+
 // Online-softmax attention of nq query rows over key rows [t_begin, t_end).
 // Row i sits at position pos0 + i * pos_step and sees keys t <= its position.
 // m, l [nq] and acc [nq, d] carry the running state (initialise m = -inf, l = 0, acc = 0).
@@ -85,12 +197,13 @@ void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64
                   const KvRowsView& k, const KvRowsView& v, std::int64_t t_begin,
                   std::int64_t t_end, float scale, Scratch& sc, float* m, float* l, float* acc) {
   const std::int64_t d = k.head_dim;
+  const TileKernels tiles(d);
   const std::int64_t last_pos = pos0 + (nq - 1) * pos_step;
   t_end = std::min(t_end, last_pos + 1);
   for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
     const std::int64_t nt = std::min(kKeyTile, t_end - t0);
     load_k_transposed(k, t0, nt, sc.v.data(), sc.kt.data());
-    tile_scores(q, nq, sc.kt.data(), nt, d, sc.s.data());
+    tiles.scores(q, nq, sc.kt.data(), nt, sc.s.data());
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = sc.s.data() + i * kKeyTile;
       const std::int64_t visible = std::min(nt, pos0 + i * pos_step - t0 + 1);  // may be <= 0
@@ -111,7 +224,7 @@ void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64
       load_kv_rows(v, t0, nt, sc.v.data());
       vt = sc.v.data();
     }
-    tile_accumulate(sc.s.data(), nq, vt, nt, d, acc);
+    tiles.accumulate(sc.s.data(), nq, vt, nt, acc);
   }
 }
 
