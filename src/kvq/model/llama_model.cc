@@ -6,7 +6,7 @@
 #include "kvq/core/error.h"
 #include "kvq/kernels/cpu/attention.h"
 #include "kvq/kernels/cpu/linear.h"
-#include "kvq/kernels/ref/ref_kernels.h"
+#include "kvq/kernels/cpu/pointwise.h"
 #include "kvq/model/rope.h"
 
 namespace kvq::model {
@@ -327,7 +327,7 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
           std::memcpy(out, src.data() + ((b * S + s) * heads + hh) * d, n(d) * sizeof(float));
           if (rotate) {
             const RopeTable& rope = ropes[static_cast<std::size_t>(shared ? 0 : b)];
-            kernels::ref::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
+            kernels::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
           }
         }
       }
@@ -337,7 +337,7 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
   std::vector<kernels::KvRowsView> kviews(n(Hkv)), vviews(n(Hkv));
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[n(l)];
-    kernels::ref::rmsnorm(x.data(), L.in_norm, h.data(), rows, hid, eps);
+    kernels::rmsnorm(x.data(), L.in_norm, h.data(), rows, hid, eps);
     apply_linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
     apply_linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
     apply_linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
@@ -374,19 +374,19 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
     apply_linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
-    kernels::ref::rmsnorm(x.data(), L.post_norm, h.data(), rows, hid, eps);
+    kernels::rmsnorm(x.data(), L.post_norm, h.data(), rows, hid, eps);
     apply_linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
     apply_linear(h.data(), L.w_up, up.data(), rows, inter, hid);
 #pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
     for (std::int64_t r = 0; r < rows; ++r) {
-      kernels::ref::swiglu(gate.data() + r * inter, up.data() + r * inter, gate.data() + r * inter,
+      kernels::swiglu(gate.data() + r * inter, up.data() + r * inter, gate.data() + r * inter,
                            inter);
     }
     apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }
   for (KvCache* cache : caches) cache->advance(S);
-  kernels::ref::rmsnorm(x.data(), norm_->weight().f32(), h.data(), rows, hid, eps);
+  kernels::rmsnorm(x.data(), norm_->weight().f32(), h.data(), rows, hid, eps);
   return h;
 }
 

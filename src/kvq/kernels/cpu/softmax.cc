@@ -7,19 +7,13 @@
 #include <limits>
 
 #include "kvq/kernels/cpu/cpu_features.h"
+#include "kvq/kernels/cpu/exp_avx512.h"
 
 namespace kvq::kernels {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Below this expf(x) is denormal: flushed to 0 (a weight 2⁻¹²⁶ of the row max is nothing).
-constexpr float kExpMin = -87.3f;
-constexpr float kLog2e = 1.44269504088896341f;
-// ln 2 split in two so n·ln2 is exact in the first part (Cephes).
-constexpr float kLn2Hi = 0.693359375f;
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
+using namespace detail;  // the exp constants and exp_le0_avx512
 
 SoftmaxStep softmax_step_scalar(float* s, std::int64_t n, float running_max) {
   float mx = running_max;
@@ -51,21 +45,7 @@ __attribute__((target("avx512f"))) SoftmaxStep softmax_step_avx512(float* s, std
   const __m512 vm = _mm512_set1_ps(mx);
   __m512 vsum = _mm512_setzero_ps();
   for (std::int64_t j = 0; j < n16; j += 16) {
-    const __m512 x = _mm512_sub_ps(_mm512_loadu_ps(s + j), vm);
-    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpMin), _CMP_GE_OQ);
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Lo), r);
-    __m512 y = _mm512_set1_ps(kP0);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP1));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP2));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP3));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP4));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP5));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r);
-    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-    const __m512 e = _mm512_maskz_scalef_ps(live, y, k);
+    const __m512 e = exp_le0_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
     _mm512_storeu_ps(s + j, e);
     vsum = _mm512_add_ps(vsum, e);
   }
