@@ -10,20 +10,14 @@
 
 #include "kvq/kernels/cpu/pointwise.h"
 #include "kvq/kernels/ref/ref_kernels.h"
-#include "linear_test_support.h"
+#include "kernel_test_support.h"
 
 namespace kvq::kernels {
 namespace {
 
 using test::supported_isas;
 
-std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_vector;
 
 // RMSNorm: only the order of the sum of squares differs (16 lanes vs one chain). Its reordering
 // error is ~√dim·2⁻²⁴ of the sum (≤ 1.5e-6 at dim 576), half of that in 1/sqrt: 2e-6 relative.

@@ -383,47 +383,39 @@ GemvRows<W> rows_kernel(Isa isa) {
   return gemv_rows_scalar<W>;
 }
 
-template <class W>
-void gemv_parallel(Isa isa, const W* w, const float* x, float* y, std::int64_t n, std::int64_t k) {
-  const GemvRows<W> kernel = rows_kernel<W>(isa);
-  // Blocks of 64 rows (multiple of kRowsPerBlock): enough work per OpenMP chunk to amortise the
-  // scheduling, fine enough to balance 2..16 threads on the 576-row projections.
+// Calls rows(r0, r1) over [0, n) in chunks of 64 rows, on up to num_threads() threads when the
+// work (multiply-adds) pays for a parallel region. 64 is a multiple of kRowsPerBlock, so the
+// kernels' 4-row blocks and remainder rows are the same whatever the thread count.
+template <class Rows>
+void for_row_chunks(std::int64_t n, std::int64_t work, Rows&& rows) {
+  // Enough work per OpenMP chunk to amortise the scheduling, fine enough to balance 2..16
+  // threads on the 576-row projections.
   constexpr std::int64_t kChunk = 64;
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
   // Below ~64K multiply-adds a parallel region costs more than it saves (and on a loaded machine
   // waking threads costs far more).
-  const int threads = n * k < kMinParallelWork
-                          ? 1
-                          : static_cast<int>(std::min<std::int64_t>(num_threads(), chunks));
+  const int threads =
+      work < kMinParallelWork ? 1 : static_cast<int>(std::min<std::int64_t>(num_threads(), chunks));
   if (threads <= 1) {
-    kernel(w, x, y, 0, n, k);
+    rows(std::int64_t{0}, n);
     return;
   }
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    kernel(w, x, y, c * kChunk, std::min(n, (c + 1) * kChunk), k);
-  }
+  for (std::int64_t c = 0; c < chunks; ++c) rows(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
+
+template <class W>
+void gemv_parallel(Isa isa, const W* w, const float* x, float* y, std::int64_t n, std::int64_t k) {
+  const GemvRows<W> kernel = rows_kernel<W>(isa);
+  for_row_chunks(n, n * k, [&](std::int64_t r0, std::int64_t r1) { kernel(w, x, y, r0, r1, k); });
 }
 
 template <class W>
 void gemv_batch_parallel(Isa isa, const W* w, const float* x, float* y, std::int64_t m,
                          std::int64_t n, std::int64_t k) {
   const GemvBatchRows<W> kernel = batch_rows_kernel<W>(isa);
-  // gemv_parallel's chunks (64 rows, a multiple of the 4-row blocks, so the blocks and the
-  // remainder rows are the same as for a single input whatever the thread count).
-  constexpr std::int64_t kChunk = 64;
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  const int threads = m * n * k < kMinParallelWork
-                          ? 1
-                          : static_cast<int>(std::min<std::int64_t>(num_threads(), chunks));
-  if (threads <= 1) {
-    kernel(w, x, y, m, n, 0, n, k);
-    return;
-  }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    kernel(w, x, y, m, n, c * kChunk, std::min(n, (c + 1) * kChunk), k);
-  }
+  for_row_chunks(n, m * n * k,
+                 [&](std::int64_t r0, std::int64_t r1) { kernel(w, x, y, m, n, r0, r1, k); });
 }
 
 void widen_bf16_scalar(const std::uint16_t* in, float* out, std::int64_t count) {

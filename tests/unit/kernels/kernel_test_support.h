@@ -1,4 +1,4 @@
-// Shared by the fp32 and bf16 Linear kernel tests.
+// Shared by the kernel tests (Linear fp32 / bf16, pointwise).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -6,12 +6,22 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string_view>
 #include <vector>
 
 #include "kvq/kernels/cpu/cpu_features.h"
 
 namespace kvq::kernels::test {
+
+// n values from N(0, scale²), reproducible from the seed.
+inline std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
 
 // Σ_c |w[r, c] · x[c]| for each row r of w [n, k]: the scale of the summation-order error.
 inline std::vector<float> abs_sums(const std::vector<float>& w, const float* x, std::int64_t n,
