@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/compare.h"
+#include "kvq/model/llama_model.h"
 
 namespace kvq::cli {
 namespace {
@@ -59,6 +60,10 @@ void register_compare(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Output directory (results.json, plot, cache)")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--weights", [a](const std::string& w) { a->eval.weights = model::parse_weight_dtype(w); },
+      "Weight dtype: f32 (default), or bf16 (converted at load; the baseline is then the bf16 "
+      "model, cached apart from f32)");
   cmd->add_option("--data", a->data, "Data directory (wikitext-2-raw/, gsm8k/)")
       ->capture_default_str();
   cmd->callback([a] { run_compare_cmd(*a); });

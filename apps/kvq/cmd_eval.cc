@@ -11,6 +11,7 @@
 #include "kvq/core/error.h"
 #include "kvq/eval/compare.h"
 #include "kvq/eval/model_source.h"
+#include "kvq/model/llama_model.h"
 
 namespace kvq::cli {
 namespace {
@@ -105,6 +106,10 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--calib-samples", a->eval.calib_samples, "Calibration samples")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--weights", [a](const std::string& w) { a->eval.weights = model::parse_weight_dtype(w); },
+      "Weight dtype: f32 (default), or bf16 (converted at load; the baseline is then the bf16 "
+      "model, cached apart from f32)");
   cmd->add_option("--data", a->data, "Data directory")->capture_default_str();
   cmd->add_option("--cache", a->cache, "Cache directory for baseline logits / calibration");
   cmd->add_flag("--json", a->json, "Print JSON");

@@ -242,8 +242,12 @@ Evaluator::Evaluator(EvalOptions options)
   fs::path wiki;
   if (o.ppl_kld) wiki = wikitext_path(o.data_dir);
   if (o.gsm8k_limit > 0 || o.calib_samples > 0) gsm8k_dir(o.data_dir);
-  impl_->src = open_model_source(o.model_dir);
+  impl_->src =
+      open_model_source(o.model_dir, /*with_quantization=*/false, model::LoadOptions{o.weights});
   model_hash_ = model_fingerprint(o.model_dir);
+  // fp32 keys stay what they were (existing caches remain valid); other dtypes get their own.
+  if (o.weights != DType::kF32)
+    model_hash_ = hash_str(fmt::format("{}|weights={}", hex(model_hash_), dtype_name(o.weights)));
   if (o.ppl_kld) {
     const auto t0 = std::chrono::steady_clock::now();
     impl_->tokens = impl_->src.tokenizer->encode(read_file_bytes(wiki), false);

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvq/core/dtype.h"
 #include "kvq/eval/report.h"
 #include "kvq/quant/formats.h"
 
@@ -62,6 +63,10 @@ struct EvalOptions {
   std::int64_t calib_samples = 32, calib_seq_len = 512;
   std::uint64_t calib_seed = 1234;
   std::int64_t decode_context = 256, decode_steps = 16;  // decode_steps 0: not measured
+  // Weight dtype the model is loaded with (bf16: converted at load, model::LoadOptions). The
+  // baseline is then the bf16-weight model with an unquantized cache; every cache key includes
+  // the dtype, so fp32 and bf16 results never mix.
+  DType weights = DType::kF32;
   bool progress = true;
 };
 
