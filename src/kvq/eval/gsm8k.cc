@@ -323,7 +323,8 @@ Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
 
   std::ofstream resume;
   if (!options.resume_file.empty() && !todo.empty()) {
-    std::filesystem::create_directories(options.resume_file.parent_path());
+    if (const auto dir = options.resume_file.parent_path(); !dir.empty())
+      std::filesystem::create_directories(dir);
     // A line cut short by an interruption is ended first, so it does not swallow the next one.
     bool ends_line = true;
     if (std::ifstream tail(options.resume_file, std::ios::binary | std::ios::ate);
