@@ -58,8 +58,11 @@ void register_compare(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--decode-steps", a->eval.decode_steps, "Decode steps timed (0: skip)")
       ->capture_default_str();
-  cmd->add_option("--out", a->out, "Output directory (results.json, plot, cache)")
-      ->capture_default_str();
+  cmd->add_option("--out", a->out,
+                  "Output directory (results.json, plot, cache; the last one given counts, so a "
+                  "wrapper's default can be overridden)")
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option_function<std::string>(
       "--weights", [a](const std::string& w) { a->eval.weights = model::parse_weight_dtype(w); },
       "Weight dtype: f32 (default), or bf16 (converted at load; the baseline is then the bf16 "
