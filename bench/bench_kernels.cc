@@ -137,8 +137,8 @@ void BM_GemvBatch(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * n * k * 4);
-  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(state.iterations() * m),
-                                                benchmark::Counter::kIsRate);
+  state.counters["rows/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * m), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_GemvBatch)
     ->ArgsProduct({{1536}, {576}, {1, 2, 4, 8}})

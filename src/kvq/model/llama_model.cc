@@ -380,7 +380,7 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
 #pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
     for (std::int64_t r = 0; r < rows; ++r) {
       kernels::swiglu(gate.data() + r * inter, up.data() + r * inter, gate.data() + r * inter,
-                           inter);
+                      inter);
     }
     apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];

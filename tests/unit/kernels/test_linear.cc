@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "kernel_test_support.h"
 #include "kvq/core/threading.h"
 #include "kvq/kernels/cpu/cpu_features.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/kernels/ref/ref_kernels.h"
-#include "kernel_test_support.h"
 
 namespace kvq::kernels {
 namespace {

@@ -18,12 +18,12 @@
 #include <random>
 #include <vector>
 
+#include "kernel_test_support.h"
 #include "kvq/core/dtype.h"
 #include "kvq/core/threading.h"
 #include "kvq/kernels/cpu/cpu_features.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/kernels/ref/ref_kernels.h"
-#include "kernel_test_support.h"
 
 namespace kvq::kernels {
 namespace {

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "kernel_test_support.h"
 #include "kvq/kernels/cpu/pointwise.h"
 #include "kvq/kernels/ref/ref_kernels.h"
-#include "kernel_test_support.h"
 
 namespace kvq::kernels {
 namespace {
