@@ -6,11 +6,13 @@
 // Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for min / median.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "kvq/quant/formats.h"
+#include "kvq/quant/int8_query.h"
 
 namespace {
 
@@ -94,6 +96,41 @@ BENCHMARK(BM_Row<Op::kDot, false>)->Apply(formats);
 BENCHMARK(BM_Row<Op::kAxpy, false>)->Apply(formats_small);
 BENCHMARK(BM_Row<Op::kDequantize, true>)->Apply(formats_small);
 BENCHMARK(BM_Row<Op::kDot, true>)->Apply(formats_small);
+
+// Decode scores of one GQA group (3 query heads) over int8 K rows: the exact float path
+// (dot_rows, what the engine runs) against the int8-query integer path (int8_query.h, VNNI),
+// query quantization included. Rows: 256 (in L1/L2) and 2^21 (128 MiB, beyond L3).
+template <bool kInt8Query>
+void BM_ScoresInt8(benchmark::State& state) {
+  const Rows rows = make_rows(KvFormat::kINT8, state.range(0));
+  const kvq::quant::RowCodec codec{KvFormat::kINT8, kHeadDim, 0.05f};
+  constexpr std::int64_t kQueries = 3, kTile = 256;
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(kQueries * kHeadDim), scores(kQueries * kTile);
+  for (float& v : q) v = dist(rng);
+  kvq::quant::Int8Query qq;
+  for (auto _ : state) {
+    if constexpr (kInt8Query) kvq::quant::quantize_query_int8(q.data(), kQueries, kHeadDim, &qq);
+    for (std::int64_t t = 0; t < rows.count; t += kTile) {
+      const std::byte* tile = rows.bytes.data() + t * static_cast<std::int64_t>(rows.row_bytes);
+      const std::int64_t nt = std::min(kTile, rows.count - t);
+      if constexpr (kInt8Query)
+        kvq::quant::dot_rows_int8_query(codec, qq, tile, nt, scores.data(), kTile);
+      else
+        kvq::quant::dot_rows(codec, q.data(), kQueries, tile, nt, scores.data(), kTile);
+      benchmark::DoNotOptimize(scores.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(rows.bytes.size()));
+  state.SetLabel(kInt8Query ? (kvq::quant::int8_query_dot_is_fast() ? "int8 query, vnni"
+                                                                    : "int8 query, scalar")
+                            : "exact float");
+}
+
+BENCHMARK(BM_ScoresInt8<false>)->Arg(256)->Arg(1 << 21);
+BENCHMARK(BM_ScoresInt8<true>)->Arg(256)->Arg(1 << 21);
 
 }  // namespace
 

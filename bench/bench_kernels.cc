@@ -149,8 +149,12 @@ BENCHMARK(BM_GemvBatch)
 // range(1) = context). A "layer" is 3 kv heads × ctx rows of K and V; the benchmark cycles over
 // max(30, enough to exceed 256 MiB) such layers so every step reads K+V from DRAM, not L3 (the
 // whole model's cache is 30 layers). GB/s = packed K+V bytes read per step / time.
+// fmt kInt8Q8 (one past the formats): int8 rows with the opt-in int8-query scores (+q8).
+constexpr std::int64_t kInt8Q8 = 7;
 void BM_DecodeAttention(benchmark::State& state) {
-  const auto format = static_cast<kvq::quant::KvFormat>(state.range(0));
+  const bool q8 = state.range(0) == kInt8Q8;
+  const auto format =
+      q8 ? kvq::quant::KvFormat::kINT8 : static_cast<kvq::quant::KvFormat>(state.range(0));
   const std::int64_t ctx = state.range(1), kvh = 3, heads = 9, d = 64;
   const auto row_bytes = static_cast<std::int64_t>(kvq::quant::kv_row_bytes(format, d));
   const std::int64_t layer_bytes = 2 * kvh * ctx * row_bytes;  // K + V
@@ -175,7 +179,7 @@ void BM_DecodeAttention(benchmark::State& state) {
     for (std::int64_t h = 0; h < kvh; ++h) {
       const std::byte* base = cache.data() + l * layer_bytes;
       kv[static_cast<std::size_t>(l * kvh + h)] = {
-          format, base + h * ctx * row_bytes, row_bytes, d, scale, 0.0f, gs};
+          format, base + h * ctx * row_bytes, row_bytes, d, scale, 0.0f, gs, q8};
       vv[static_cast<std::size_t>(l * kvh + h)] = {
           format, base + (kvh + h) * ctx * row_bytes, row_bytes, d, scale, 0.0f, gs};
     }
@@ -188,7 +192,7 @@ void BM_DecodeAttention(benchmark::State& state) {
     l = (l + 1) % layers;
   }
   state.SetBytesProcessed(state.iterations() * layer_bytes);
-  state.SetLabel(std::string(kvq::quant::kv_format_name(format)) + "/" +
+  state.SetLabel(std::string(kvq::quant::kv_format_name(format)) + (q8 ? "+q8/" : "/") +
                  std::string(kvq::quant::kv_format_isa()));
 }
 
@@ -201,6 +205,7 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
       b->Args({static_cast<std::int64_t>(t.format), ctx});
     }
   }
+  for (std::int64_t ctx : {512, 2048, 8192, 16384}) b->Args({kInt8Q8, ctx});
 }
 BENCHMARK(BM_DecodeAttention)
     ->Apply(decode_attention_args)

@@ -19,7 +19,7 @@ namespace {
 
 struct PerplexityArgs {
   std::string model_dir, text_file, kv_cache = "auto", weights = "f32";
-  std::int64_t ctx = 2048, stride = 0, max_windows = 0, batch = 1;
+  std::int64_t ctx = 2048, stride = 0, max_windows = 0, batch = 1, decode_from = 0;
   bool json = false;
 };
 
@@ -29,10 +29,17 @@ void run_perplexity(const PerplexityArgs& a) {
   opt.stride = a.stride == 0 ? a.ctx : a.stride;
   opt.max_windows = a.max_windows;
   opt.batch = a.batch;
+  opt.decode_from = a.decode_from;
   const eval::KvCacheOption kv_option = eval::parse_kv_cache_option(a.kv_cache);
   const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
   eval::plan_windows(2, opt.ctx, opt.stride, opt.max_windows);  // flag checks before loading
   if (opt.batch < 1) fail<InvalidArgument>("--batch must be >= 1, got {}", opt.batch);
+  if (opt.decode_from < 0) {
+    fail<InvalidArgument>("--decode-from must be >= 0, got {}", opt.decode_from);
+  }
+  if (opt.decode_from > 0 && opt.batch > 1) {
+    fail<InvalidArgument>("--decode-from runs one window at a time; drop --batch {}", opt.batch);
+  }
 
   const std::string text = eval::read_file_bytes(a.text_file);
   eval::ModelSource src = eval::open_model_source(a.model_dir, /*with_quantization=*/true, load);
@@ -62,6 +69,7 @@ void run_perplexity(const PerplexityArgs& a) {
     j["text_tokens"] = ids.size();
     j["ctx"] = opt.ctx;
     j["stride"] = opt.stride;
+    j["decode_from"] = opt.decode_from;
     j["weights"] = a.weights;
     j.update(kv.to_json());
     j["kv_bytes_per_token"] = kv_bytes;
@@ -76,13 +84,17 @@ void run_perplexity(const PerplexityArgs& a) {
     j["window_nll_sum"] = r.window_nll_sum;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s\n",
-                fmt::format("PPL {:.4f}  (mean NLL {:.6f} nats over {} scored tokens; {} windows "
-                            "of ctx {}, stride {}; {:.1f} s, {:.0f} tok/s; {} weights; KV cache "
-                            "{}: {} bytes/token)",
-                            r.ppl, r.nll_mean, r.tokens_scored, r.windows, opt.ctx, opt.stride,
-                            r.seconds, r.tokens_per_second, a.weights, kv.describe(), kv_bytes)
-                    .c_str());
+    std::printf(
+        "%s\n",
+        fmt::format("PPL {:.4f}  (mean NLL {:.6f} nats over {} scored tokens; {} windows "
+                    "of ctx {}, stride {}{}; {:.1f} s, {:.0f} tok/s; {} weights; KV cache "
+                    "{}: {} bytes/token)",
+                    r.ppl, r.nll_mean, r.tokens_scored, r.windows, opt.ctx, opt.stride,
+                    opt.decode_from > 0
+                        ? fmt::format(", decoded one token at a time after {}", opt.decode_from)
+                        : "",
+                    r.seconds, r.tokens_per_second, a.weights, kv.describe(), kv_bytes)
+            .c_str());
   }
 }
 
@@ -104,7 +116,9 @@ void register_perplexity(CLI::App& app) {
       "  kvq perplexity --model M --text wiki.test.raw --max-windows 8\n"
       "  kvq perplexity --model M --text wiki.test.raw --max-windows 8 --kv-cache int4:head\n"
       "  kvq perplexity --model M --text wiki.test.raw --max-windows 8 --weights bf16\n"
-      "  kvq perplexity --model M-kv-fp8-head --text wiki.test.raw --kv-cache fake");
+      "  kvq perplexity --model M-kv-fp8-head --text wiki.test.raw --kv-cache fake\n"
+      "  kvq perplexity --model M --text wiki.test.raw --ctx 512 --max-windows 4 \\\n"
+      "      --decode-from 64 --kv-cache int8:head+q8    # measures the decode kernels");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--text", a->text_file, "UTF-8 text file (e.g. wikitext-2-raw wiki.test.raw)")
       ->required();
@@ -114,6 +128,11 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--max-windows", a->max_windows, "Evaluate only the first N windows (0 = all)")
       ->capture_default_str();
   cmd->add_option("--batch", a->batch, "Windows of equal length evaluated per forward")
+      ->capture_default_str();
+  cmd->add_option("--decode-from", a->decode_from,
+                  "Teacher-forced decode: each window's first N tokens in one prefill, the rest\n"
+                  "one token at a time through the decode path (slow; measures decode-only\n"
+                  "options such as --kv-cache int8:head+q8). 0 = the whole window in one prefill")
       ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_cache, eval::kv_cache_flag_help(false))
       ->capture_default_str();

@@ -31,19 +31,21 @@ std::string format_names() {
 }
 
 std::string supported_values() {
-  std::string s = "auto, fake, or FORMAT[:tensor|head] with FORMAT one of ";
+  std::string s = "auto, fake, or FORMAT[:tensor|head][+q8] with FORMAT one of ";
   s.append(format_names());
   return s;
 }
 
-// "fp8:head"; unscaled formats have no granularity.
-std::string label_of(KvFormat format, std::optional<KvScaleGranularity> g) {
+// "fp8:head", "int8:head+q8"; unscaled formats have no granularity.
+std::string label_of(KvFormat format, std::optional<KvScaleGranularity> g,
+                     bool int8_query = false) {
   std::string s(quant::kv_format_name(format));
   if (g) {
     // Appends only: GCC 12 reports a false -Wrestrict on `":" + std::string(...)`.
     s.push_back(':');
     s.append(model::kv_granularity_name(*g));
   }
+  if (int8_query) s.append("+q8");
   return s;
 }
 
@@ -93,8 +95,8 @@ KvCacheChoice resolve_plain(const KvCacheOption& o, std::string_view model_name)
     c.granularity = o.granularity.value_or(KvScaleGranularity::kHead);
     c.scales = KvScales::kDynamic;
   }
-  c.spec = model::KvCacheSpec{o.format, {}, c.granularity};
-  c.label = label_of(o.format, c.granularity);
+  c.spec = model::KvCacheSpec{o.format, {}, c.granularity, o.int8_query};
+  c.label = label_of(o.format, c.granularity, o.int8_query);
   return c;
 }
 
@@ -110,6 +112,10 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
     return o;
   }
   o.mode = KvCacheOption::Mode::kFormat;
+  if (low.ends_with("+q8")) {
+    text.remove_suffix(3);
+    o.int8_query = true;
+  }
   const std::size_t colon = text.find(':');
   const std::string_view name = text.substr(0, colon);
   const std::optional<KvFormat> f = quant::parse_kv_format(name);
@@ -133,6 +139,11 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
           "nvfp4 only",
           text, quant::kv_format_name(o.format), g);
     }
+  }
+  if (o.int8_query && o.format != KvFormat::kINT8) {
+    fail<NotSupported>(
+        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to int8 caches only",
+        o.text);
   }
   return o;
 }
@@ -218,9 +229,10 @@ KvCacheChoice resolve_kv_cache(const KvCacheOption& o, const lifecycle::Quantiza
         model_name, e.what());
     return fake_choice(ckpt_label, g);
   }
+  c.spec.int8_query_scores = o.int8_query;  // only with an int8 FORMAT (parse_kv_cache_option)
   c.scales = KvScales::kCalibrated;
   c.granularity = g;
-  c.label = label_of(c.spec.format, g);
+  c.label = label_of(c.spec.format, g, o.int8_query);
   return c;
 }
 
@@ -246,7 +258,8 @@ std::string kv_cache_flag_help(bool list) {
       "KV cache{}: auto (a quantized checkpoint's packed cache with its calibrated scales, "
       "else f32), fake (checkpoint only: its fake quantization, fp32 cache), or "
       "FORMAT[:tensor|head] with FORMAT one of {} (fp8/int8/int4/nvfp4 on a plain model: "
-      "dynamic scales fixed by the first write, per kv head unless :tensor)",
+      "dynamic scales fixed by the first write, per kv head unless :tensor); int8...+q8: "
+      "approximate int8-query decode scores (VNNI), faster, not bit-exact",
       list ? "s, comma-separated" : "", format_names());
 }
 

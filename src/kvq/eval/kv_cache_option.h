@@ -12,6 +12,9 @@
 //                         (`:head`, the default) or per layer's K / V (`:tensor`), see
 //                         model/kv_cache.h. Quantized checkpoint: must name the checkpoint's
 //                         format (and strategy), and means `auto`; anything else is an error.
+//   FORMAT...+q8          int8 only: the same cache, with approximate decode scores — the query
+//                         quantized to int8 per head, integer dot products (AVX-512 VNNI; see
+//                         quant/int8_query.h). Opt-in: not bit-identical to fake quantization.
 //   fake                  quantized checkpoint only: the reference semantics — the lifecycle's
 //                         k/v fake-quant hooks on, an fp32 cache (for comparison with auto).
 #pragma once
@@ -41,6 +44,7 @@ struct KvCacheOption {
   Mode mode = Mode::kAuto;
   quant::KvFormat format = quant::KvFormat::kF32;        // kFormat
   std::optional<model::KvScaleGranularity> granularity;  // kFormat with `:tensor` / `:head`
+  bool int8_query = false;                               // `+q8`
   std::string text;                                      // as typed
 };
 // InvalidArgument naming the value and listing the supported ones; NotSupported for a

@@ -47,12 +47,39 @@ double token_nll(std::span<const float> logits, std::int32_t target) {
   return std::log(sum) - (static_cast<double>(logits[static_cast<std::size_t>(target)]) - mx);
 }
 
+namespace {
+
+// The final-norm hidden states of ids [batch, len]: [batch, len, hidden]. decode_from > 0
+// (batch 1): a prefill of the first decode_from tokens, then one decode forward per token.
+Tensor forward_window(model::LlamaModel& model, std::span<const std::int32_t> ids,
+                      std::int64_t batch, std::int64_t decode_from, model::KvCache& cache) {
+  const std::int64_t len = static_cast<std::int64_t>(ids.size()) / batch;
+  if (decode_from <= 0 || decode_from >= len) return model.forward_hidden(ids, batch, cache);
+  KVQ_CHECK(batch == 1, "teacher-forced decode runs one window at a time");
+  const std::int64_t hid = model.config().hidden_size;
+  Tensor out(DType::kF32, {1, len, hid});
+  const Tensor head = model.forward_hidden(ids.first(static_cast<std::size_t>(decode_from)), 1,
+                                           cache);  // [1, decode_from, hidden]
+  std::copy_n(head.f32(), decode_from * hid, out.f32());
+  for (std::int64_t t = decode_from; t < len; ++t) {
+    const Tensor h = model.forward_hidden(ids.subspan(static_cast<std::size_t>(t), 1), 1, cache);
+    std::copy_n(h.f32(), hid, out.f32() + t * hid);
+  }
+  return out;
+}
+
+}  // namespace
+
 PerplexityResult perplexity(model::LlamaModel& model, std::span<const std::int32_t> tokens,
                             const PerplexityOptions& options) {
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
   if (n < 2) fail<InvalidArgument>("perplexity: need at least 2 tokens, got {}", n);
   if (options.batch < 1) fail<InvalidArgument>("perplexity: batch must be >= 1");
   if (options.logits_chunk < 1) fail<InvalidArgument>("perplexity: logits_chunk must be >= 1");
+  if (options.decode_from < 0) {
+    fail<InvalidArgument>("perplexity: decode_from must be >= 0, got {}", options.decode_from);
+  }
+  const std::int64_t max_batch = options.decode_from > 0 ? 1 : options.batch;
   const std::int64_t stride = options.stride == 0 ? options.ctx : options.stride;
   const std::vector<PerplexityWindow> windows =
       plan_windows(n, options.ctx, stride, options.max_windows);
@@ -73,7 +100,7 @@ PerplexityResult perplexity(model::LlamaModel& model, std::span<const std::int32
     // Consecutive windows of equal length share one batched forward.
     const std::int64_t len = windows[i].end - windows[i].begin;
     std::size_t j = i;
-    while (j < windows.size() && static_cast<std::int64_t>(j - i) < options.batch &&
+    while (j < windows.size() && static_cast<std::int64_t>(j - i) < max_batch &&
            windows[j].end - windows[j].begin == len) {
       ++j;
     }
@@ -87,7 +114,7 @@ PerplexityResult perplexity(model::LlamaModel& model, std::span<const std::int32
     for (std::int64_t b = 0; b < batch; ++b) {
       std::copy_n(tokens.begin() + windows[i + b].begin, len, ids.begin() + b * len);
     }
-    const Tensor hidden = model.forward_hidden(ids, batch, *cache);  // [batch, len, hidden]
+    const Tensor hidden = forward_window(model, ids, batch, options.decode_from, *cache);
 
     for (std::int64_t b = 0; b < batch; ++b) {
       const PerplexityWindow& w = windows[i + b];

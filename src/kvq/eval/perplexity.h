@@ -14,6 +14,13 @@
 //   window scores its ctx - 1 tokens, every later one only its last `stride` targets (end_i -
 //   end_{i-1}), each seen with at least ctx - stride tokens of context.
 // PPL = exp(sum NLL / number of scored targets).
+//
+// decode_from N > 0 (teacher-forced decode): each window's first N tokens go through one
+// prefill, every later token through the one-token decode path (its own forward on the cache),
+// so the scores after position N measure the DECODE kernels — which is where approximate
+// options such as int8-query scores (`--kv-cache int8:head+q8`) act; a whole-window prefill
+// never runs them. An fp32 cache, or one with calibrated scales, gives the same NLL either way up
+// to float summation order; dynamic scales are fixed by the first write, here the first N tokens.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +52,8 @@ struct PerplexityOptions {
   std::int64_t max_windows = 0;     // 0: all
   std::int64_t batch = 1;           // windows of equal length evaluated together
   std::int64_t logits_chunk = 256;  // logits rows computed at once ([chunk, vocab] fp32)
+  std::int64_t decode_from = 0;     // > 0: tokens after the first N one at a time (see above);
+                                    // windows then run one at a time (batch ignored)
   // The cache of every window (a fresh one per window: dynamic scales are fixed by each
   // window's tokens, shared by the windows of one batch).
   model::KvCacheSpec kv_cache;

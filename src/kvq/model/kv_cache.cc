@@ -241,6 +241,7 @@ kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
   v.scale = std::isnan(params_.scale[hs]) ? 1.0f : params_.scale[hs];
   v.zero_point = params_.zero_point[hs];
   v.global_scale = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
+  v.int8_query_scores = int8_query_scores_;
   return v;
 }
 
@@ -278,6 +279,12 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     fail<InvalidArgument>("KV cache ({}): the spec has scales for {} layers, the model has {}",
                           quant::kv_format_name(spec.format), spec.layers.size(), layers);
   }
+  if (spec.int8_query_scores && spec.format != KvFormat::kINT8) {
+    fail<InvalidArgument>(
+        "KV cache ({}): int8-query decode scores (+q8) need an int8 cache: they multiply int8 "
+        "query codes by int8 K codes",
+        quant::kv_format_name(spec.format));
+  }
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));
   for (std::int64_t l = 0; l < layers; ++l) {
@@ -287,6 +294,7 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     keys_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim);
     values_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim);
     keys_.back().set_params(std::move(kp));
+    keys_.back().set_int8_query_scores(spec.int8_query_scores);
     values_.back().set_params(std::move(vp));
   }
 }

@@ -60,9 +60,10 @@ TEST(KvCacheOption, ParsesModesFormatsAliasesAndGranularity) {
   }
   std::string e = error_of("int3");
   EXPECT_NE(e.find("--kv-cache 'int3': unknown KV cache format 'int3'"), std::string::npos) << e;
-  EXPECT_NE(e.find("auto, fake, or FORMAT[:tensor|head] with FORMAT one of f32, bf16, f16, fp8, "
-                   "int8, int4, nvfp4"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("auto, fake, or FORMAT[:tensor|head][+q8] with FORMAT one of f32, bf16, f16, fp8, "
+             "int8, int4, nvfp4"),
+      std::string::npos)
       << e;
   e = error_of("int8:channel");
   EXPECT_NE(e.find("granularity must be 'tensor' or 'head'"), std::string::npos) << e;
@@ -72,6 +73,40 @@ TEST(KvCacheOption, ParsesModesFormatsAliasesAndGranularity) {
 
 std::unique_ptr<model::LlamaModel> tiny() {
   return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
+}
+
+// `+q8`: int8 caches opt in to approximate int8-query decode scores; the flag reaches the
+// spec, the label and the K views (not V) of the cache; other formats refuse it.
+TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
+  for (std::string_view t : {"int8+q8", "INT8:head+Q8", "int8:tensor+q8"}) {
+    const KvCacheOption o = parse_kv_cache_option(t);
+    EXPECT_EQ(o.format, KvFormat::kINT8) << t;
+    EXPECT_TRUE(o.int8_query) << t;
+    EXPECT_EQ(o.text, t);
+  }
+  EXPECT_FALSE(parse_kv_cache_option("int8:head").int8_query);
+  const std::string e = error_of("fp8:head+q8");
+  EXPECT_NE(e.find("--kv-cache 'fp8:head+q8': +q8 (decode scores with an int8 query) applies to "
+                   "int8 caches only"),
+            std::string::npos)
+      << e;
+  EXPECT_THROW(parse_kv_cache_option("bf16+q8"), NotSupported);
+
+  const auto m = tiny();
+  const KvCacheChoice c = resolve_kv_cache(parse_kv_cache_option("int8+q8"), nullptr, "tiny");
+  EXPECT_EQ(c.label, "int8:head+q8");
+  EXPECT_TRUE(c.spec.int8_query_scores);
+  const model::KvCache cache = m->make_cache(1, 4, c.spec);
+  EXPECT_TRUE(cache.keys(0).rows(0, 0).int8_query_scores);
+  EXPECT_FALSE(cache.values(0).rows(0, 0).int8_query_scores);
+  EXPECT_FALSE(
+      m->make_cache(1, 4, resolve_kv_cache(parse_kv_cache_option("int8"), nullptr, "tiny").spec)
+          .keys(0)
+          .rows(0, 0)
+          .int8_query_scores);
+  model::KvCacheSpec bf16{KvFormat::kBF16, {}};
+  bf16.int8_query_scores = true;
+  EXPECT_THROW(m->make_cache(1, 4, bf16), InvalidArgument);
 }
 
 TEST(KvCacheOption, PlainModelGetsUnscaledOrDynamicCaches) {

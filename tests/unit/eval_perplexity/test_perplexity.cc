@@ -195,6 +195,40 @@ TEST_F(TinyPerplexity, BatchAndChunkingDoNotChangeTheResult) {
   }
 }
 
+// decode_from: the tokens after the first N go one at a time through the decode path. With an
+// fp32 cache that is the same model, so the NLL still matches the reference prefill logits;
+// with int8 K and the opt-in int8-query scores (+q8), which only the decode path runs, it moves.
+TEST_F(TinyPerplexity, TeacherForcedDecodeScoresTheDecodePath) {
+  std::vector<std::int32_t> ids = p1_;
+  ids.insert(ids.end(), p0_.begin(), p0_.end());
+  const Tensor l1 = golden_->tensor("prompt1.prefill_logits");  // [13, vocab]
+  const Tensor l0 = golden_->tensor("prompt0.prefill_logits");  // [7, vocab]
+  PerplexityOptions opt;
+  opt.ctx = 13;
+  opt.progress = false;
+  opt.batch = 2;  // ignored with decode_from: one window at a time
+  for (std::int64_t from : {1, 3, 12, 13, 50}) {
+    opt.decode_from = from;
+    const PerplexityResult r = perplexity(*model_, ids, opt);
+    ASSERT_EQ(r.windows, 2) << from;
+    EXPECT_EQ(r.tokens_scored, 18) << from;
+    // As TwoWindowsMatchReferenceLogits: logits within ~2e-6 of the reference.
+    EXPECT_NEAR(r.window_nll_sum[0], nll_sum(l1.f32(), vocab_, p1_, 0, 12), 1e-4) << from;
+    EXPECT_NEAR(r.window_nll_sum[1], nll_sum(l0.f32(), vocab_, p0_, 0, 6), 1e-4) << from;
+  }
+  opt.decode_from = 2;
+  opt.kv_cache = model::KvCacheSpec{quant::KvFormat::kINT8, {}, model::KvScaleGranularity::kHead};
+  const PerplexityResult exact = perplexity(*model_, ids, opt);
+  opt.kv_cache.int8_query_scores = true;
+  const PerplexityResult q8 = perplexity(*model_, ids, opt);
+  EXPECT_NE(exact.nll_sum, q8.nll_sum);
+  EXPECT_NEAR(exact.nll_sum, q8.nll_sum, 0.05 * exact.nll_sum);
+  opt.decode_from = 0;  // a whole-window prefill never runs the +q8 scores
+  const PerplexityResult q8_prefill = perplexity(*model_, ids, opt);
+  opt.kv_cache.int8_query_scores = false;
+  EXPECT_EQ(q8_prefill.nll_sum, perplexity(*model_, ids, opt).nll_sum);
+}
+
 TEST_F(TinyPerplexity, BadInput) {
   PerplexityOptions opt;
   opt.progress = false;
@@ -204,6 +238,9 @@ TEST_F(TinyPerplexity, BadInput) {
   opt.ctx = 2;
   EXPECT_THROW(perplexity(*model_, bad, opt), InvalidArgument);
   opt.batch = 0;
+  EXPECT_THROW(perplexity(*model_, p0_, opt), InvalidArgument);
+  opt.batch = 1;
+  opt.decode_from = -1;
   EXPECT_THROW(perplexity(*model_, p0_, opt), InvalidArgument);
 }
 

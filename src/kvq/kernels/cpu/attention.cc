@@ -13,6 +13,7 @@
 #include "kvq/kernels/cpu/cpu_features.h"
 #include "kvq/kernels/cpu/softmax.h"
 #include "kvq/quant/formats.h"
+#include "kvq/quant/int8_query.h"
 
 namespace kvq::kernels {
 namespace {
@@ -239,9 +240,15 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
                    float* l, float* acc) {
   const std::int64_t d = k.head_dim;
   const quant::RowCodec k_codec = k.codec(), v_codec = v.codec();
+  // Opt-in approximate scores (kv_rows.h): the group's queries quantized to int8 once.
+  thread_local quant::Int8Query q8;
+  if (k.int8_query_scores) quant::quantize_query_int8(q, nq, d, &q8);
   for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
     const std::int64_t nt = std::min(kKeyTile, t_end - t0);
-    quant::dot_rows(k_codec, q, nq, k.row(t0), nt, s, kKeyTile);
+    if (k.int8_query_scores)
+      quant::dot_rows_int8_query(k_codec, q8, k.row(t0), nt, s, kKeyTile);
+    else
+      quant::dot_rows(k_codec, q, nq, k.row(t0), nt, s, kKeyTile);
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = s + i * kKeyTile;
       for (std::int64_t j = 0; j < nt; ++j) si[j] *= scale;

@@ -1,0 +1,91 @@
+#include "kvq/quant/int8_query.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kvq/core/error.h"
+
+namespace kvq::quant {
+
+void quantize_query_int8(const float* q, std::int64_t nq, std::int64_t n, Int8Query* out) {
+  out->nq = nq;
+  out->n = n;
+  out->codes.resize(static_cast<std::size_t>(nq * n));
+  out->scale.resize(static_cast<std::size_t>(nq));
+  out->sum.resize(static_cast<std::size_t>(nq));
+  for (std::int64_t i = 0; i < nq; ++i) {
+    const float* qi = q + i * n;
+    float amax = 0.0f;
+    for (std::int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(qi[c]));
+    const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
+    std::int32_t sum = 0;
+    for (std::int64_t c = 0; c < n; ++c) {
+      // Round half to even by the 1.5 * 2^23 trick (|q / s| <= 127; nearbyint is a libm call
+      // on baseline x86-64, which made quantizing a query cost as much as scoring 256 rows).
+      constexpr float kMagic = 12582912.0f;
+      const float r = std::clamp((qi[c] / s + kMagic) - kMagic, -127.0f, 127.0f);
+      out->codes[static_cast<std::size_t>(i * n + c)] = static_cast<std::int8_t>(r);
+      sum += static_cast<std::int32_t>(r);
+    }
+    out->scale[static_cast<std::size_t>(i)] = s;
+    out->sum[static_cast<std::size_t>(i)] = sum;
+  }
+}
+
+namespace {
+
+void check_args(const RowCodec& codec, const Int8Query& q) {
+  KVQ_CHECK(codec.format == KvFormat::kINT8, "int8 query dot products need int8 rows, not {}",
+            kv_format_name(codec.format));
+  KVQ_CHECK(codec.n == q.n, "int8 query of {} values against rows of {}", q.n, codec.n);
+}
+
+}  // namespace
+
+namespace ref {
+
+void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
+                         std::int64_t nt, float* scores, std::int64_t ld) {
+  check_args(codec, q);
+  const std::int64_t n = codec.n;
+  for (std::int64_t i = 0; i < q.nq; ++i) {
+    const std::int8_t* qi = q.codes.data() + i * n;
+    const float zq = codec.zero_point * static_cast<float>(q.sum[static_cast<std::size_t>(i)]);
+    const float f = q.scale[static_cast<std::size_t>(i)] * codec.scale;
+    for (std::int64_t j = 0; j < nt; ++j) {
+      const auto* row = reinterpret_cast<const std::int8_t*>(rows + j * n);
+      std::int32_t dot = 0;
+      for (std::int64_t c = 0; c < n; ++c) dot += std::int32_t{qi[c]} * std::int32_t{row[c]};
+      scores[i * ld + j] = (static_cast<float>(dot) - zq) * f;
+    }
+  }
+}
+
+}  // namespace ref
+
+bool int8_query_dot_is_fast() {
+#if defined(__x86_64__)
+  static const bool fast = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
+  }();
+  return fast;
+#else
+  return false;
+#endif
+}
+
+void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
+                         std::int64_t nt, float* scores, std::int64_t ld) {
+#if defined(__x86_64__)
+  if (int8_query_dot_is_fast()) {
+    check_args(codec, q);
+    detail::avx512vnni::dot_rows_int8_query(codec, q, rows, nt, scores, ld);
+    return;
+  }
+#endif
+  ref::dot_rows_int8_query(codec, q, rows, nt, scores, ld);
+}
+
+}  // namespace kvq::quant

@@ -1,0 +1,54 @@
+// Decode scores of INT8 K rows against a query quantized to int8 on the fly (opt-in, approximate).
+//
+// The exact decode path (formats.h: dot_rows) dequantizes every K code to fp32 and runs 16-wide
+// float FMAs, so it reproduces a fake-quantized cache bit for bit. This path instead quantizes
+// each query row symmetrically to int8 (one absmax scale per row, round half to even) and sums
+// the integer products exactly on integer dot-product instructions (AVX-512 VNNI: one vpdpbusd
+// is 64 multiply-adds). It is NOT exact: the query's rounding adds an error of about
+// max|q| / 254 per element to every score (measured against the exact path in bench_formats).
+//   quantize_query_int8: codes[i, c] = clamp(round(q[i, c] / s_i), -127, 127),
+//                        s_i = max_c |q[i, c]| / 127 (1 for an all-zero row), sum_i = Σ_c codes
+//   dot_rows_int8_query: scores[i * ld + j] =
+//       (float(Σ_c codes[i, c] * code_j[c]) - zero_point * float(sum_i)) * (s_i * codec.scale)
+// where code_j is row j's int8 codes. The integer sums are exact in any order, so the fast path
+// equals the scalar twin (ref::) bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kvq/quant/formats.h"
+
+namespace kvq::quant {
+
+struct Int8Query {
+  std::int64_t nq = 0, n = 0;
+  std::vector<std::int8_t> codes;  // [nq, n]
+  std::vector<float> scale;        // [nq]: q[i, c] ≈ codes[i, c] * scale[i]
+  std::vector<std::int32_t> sum;   // [nq]: Σ_c codes[i, c] (for the K zero point)
+};
+
+// q [nq, n] -> out (resized; reusing one Int8Query avoids allocations per call).
+void quantize_query_int8(const float* q, std::int64_t nq, std::int64_t n, Int8Query* out);
+
+// codec.format must be kINT8 and codec.n == q.n; rows as formats.h's dot_rows.
+void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
+                         std::int64_t nt, float* scores, std::int64_t ld);
+
+// Whether dot_rows_int8_query has a fast path on this CPU (AVX-512 VNNI); without one it runs
+// the scalar twin, which is slower than the exact float path.
+bool int8_query_dot_is_fast();
+
+namespace ref {
+void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
+                         std::int64_t nt, float* scores, std::int64_t ld);
+}  // namespace ref
+
+namespace detail::avx512vnni {
+// Rows [0, nt) on AVX-512 VNNI (any n: the tail is masked). Call only when the CPU has it.
+void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
+                         std::int64_t nt, float* scores, std::int64_t ld);
+}  // namespace detail::avx512vnni
+
+}  // namespace kvq::quant

@@ -1,0 +1,169 @@
+// AVX-512 VNNI scores for int8 K rows against an int8 query (int8_query.h). Compiled for
+// avx512f/bw/dq/vl + avx512vnni through a target pragma covering only this file's code; called
+// only after the runtime check in int8_query.cc.
+//
+// vpdpbusd multiplies unsigned by signed bytes, so each K code c (signed) is read as c + 128
+// (its sign bit flipped) and 128 · Σ query codes is taken off the integer sum afterwards. A row
+// of 64 codes is one load, one xor and one vpdpbusd per query head; the 16 lanes of each
+// head's sum are reduced 16 rows at a time (integer adds: exact in any order).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kvq/quant/int8_query.h"
+
+#pragma GCC push_options
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored \
+    "-Wmaybe-uninitialized"  // GCC 12's own intrinsics (see formats_avx512.cc)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+
+namespace kvq::quant::detail::avx512vnni {
+namespace {
+
+constexpr int kMaxQueries = 4;  // query heads kept in registers per pass over the rows
+constexpr int kBlock = 16;      // rows reduced together
+
+// Lane r of the result: the sum of v[r]'s 16 lanes, for 16 vectors at once.
+inline __m512i reduce_block(const __m512i* v) {
+  __m512i t[8], u[4], z[2];
+  for (int p = 0; p < 8; ++p) {  // 256-bit half b of t[p]: halves of v[2p] and v[2p + 1] added
+    t[p] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * p], v[2 * p + 1], 0x44),
+                            _mm512_shuffle_i32x4(v[2 * p], v[2 * p + 1], 0xEE));
+  }
+  for (int q = 0; q < 4; ++q) {  // 128-bit block L of u[q]: 4 partial sums of v[4q + L]
+    u[q] = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2 * q], t[2 * q + 1], 0x88),
+                            _mm512_shuffle_i32x4(t[2 * q], t[2 * q + 1], 0xDD));
+  }
+  for (int r = 0; r < 2; ++r) {  // block L of z[r]: 2 sums of v[8r + L], 2 of v[8r + 4 + L]
+    const __m512 a = _mm512_castsi512_ps(u[2 * r]), b = _mm512_castsi512_ps(u[2 * r + 1]);
+    z[r] = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x44)),
+                            _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xEE)));
+  }
+  const __m512 a = _mm512_castsi512_ps(z[0]), b = _mm512_castsi512_ps(z[1]);
+  // Lane 4L + m of w: the sum of v[L + 4m].
+  const __m512i w = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
+                                     _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_epi32(order, w);
+}
+
+// Σ_c q_k[c] · (code[c] + 128) over one row, as 16 lanes per query k. kChunks > 0: the row is
+// exactly kChunks × 64 codes and the query codes stay in registers (head_dim 64 and 128, the
+// common cases); kChunks == 0: any length, query codes reloaded and the tail masked.
+template <int NQ, int kChunks>
+struct RowSums {
+  static constexpr int kHeld = kChunks > 0 ? kChunks : 1;
+  __m512i q[NQ][kHeld];
+  const std::int8_t* codes;  // [NQ, n]
+  std::int64_t n;
+
+  RowSums(const std::int8_t* query_codes, std::int64_t row_len) : codes(query_codes), n(row_len) {
+    if constexpr (kChunks > 0) {
+      for (int k = 0; k < NQ; ++k)
+        for (int c = 0; c < kChunks; ++c) q[k][c] = _mm512_loadu_si512(codes + k * n + 64 * c);
+    }
+  }
+
+  void operator()(const std::byte* row, __m512i* acc) const {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    // 2 KiB ahead, as the exact kernels do for 8-bit rows (formats_simd_body.inc: one thread's
+    // demand misses alone do not keep enough lines in flight).
+    __builtin_prefetch(row + 2048, 0, 0);
+    for (int k = 0; k < NQ; ++k) acc[k] = _mm512_setzero_si512();
+    if constexpr (kChunks > 0) {
+      for (int c = 0; c < kChunks; ++c) {
+        const __m512i k8 = _mm512_xor_si512(_mm512_loadu_si512(row + 64 * c), flip);
+        for (int k = 0; k < NQ; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], k8, q[k][c]);
+      }
+    } else {
+      for (std::int64_t c = 0; c < n; c += 64) {
+        const __mmask64 m = n - c >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - c)) - 1;
+        // Masked-off bytes load as 0 and become 128, against query codes that load as 0.
+        const __m512i k8 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row + c), flip);
+        for (int k = 0; k < NQ; ++k)
+          acc[k] = _mm512_dpbusd_epi32(acc[k], k8, _mm512_maskz_loadu_epi8(m, codes + k * n + c));
+      }
+    }
+  }
+};
+
+// Queries [i0, i0 + NQ).
+template <int NQ, int kChunks>
+void run(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::byte* rows,
+         std::int64_t nt, float* scores, std::int64_t ld) {
+  const std::int64_t n = q.n;
+  const RowSums<NQ, kChunks> row_sums(q.codes.data() + i0 * n, n);
+  std::int32_t bias[NQ];
+  float zq[NQ], f[NQ];
+  for (int k = 0; k < NQ; ++k) {
+    const auto i = static_cast<std::size_t>(i0 + k);
+    bias[k] = 128 * q.sum[i];
+    zq[k] = codec.zero_point * static_cast<float>(q.sum[i]);
+    f[k] = q.scale[i] * codec.scale;
+  }
+  std::int64_t j = 0;
+  for (; j + kBlock <= nt; j += kBlock) {
+    __m512i partial[NQ][kBlock];
+    for (int b = 0; b < kBlock; ++b) {
+      __m512i acc[NQ];
+      row_sums(rows + (j + b) * n, acc);
+      for (int k = 0; k < NQ; ++k) partial[k][b] = acc[k];
+    }
+    for (int k = 0; k < NQ; ++k) {
+      // The twin's (float(dot) - zq) * f, 16 rows at once (no fma: the same two roundings).
+      const __m512 dot = _mm512_cvtepi32_ps(
+          _mm512_sub_epi32(reduce_block(partial[k]), _mm512_set1_epi32(bias[k])));
+      _mm512_storeu_ps(
+          scores + (i0 + k) * ld + j,
+          _mm512_mul_ps(_mm512_sub_ps(dot, _mm512_set1_ps(zq[k])), _mm512_set1_ps(f[k])));
+    }
+  }
+  for (; j < nt; ++j) {
+    __m512i acc[NQ];
+    row_sums(rows + j * n, acc);
+    for (int k = 0; k < NQ; ++k) {
+      const std::int32_t dot = _mm512_reduce_add_epi32(acc[k]) - bias[k];
+      scores[(i0 + k) * ld + j] = (static_cast<float>(dot) - zq[k]) * f[k];
+    }
+  }
+}
+
+template <int NQ>
+void run_any_length(const RowCodec& codec, const Int8Query& q, std::int64_t i0,
+                    const std::byte* rows, std::int64_t nt, float* scores, std::int64_t ld) {
+  if (q.n == 64)
+    run<NQ, 1>(codec, q, i0, rows, nt, scores, ld);
+  else if (q.n == 128)
+    run<NQ, 2>(codec, q, i0, rows, nt, scores, ld);
+  else
+    run<NQ, 0>(codec, q, i0, rows, nt, scores, ld);
+}
+
+}  // namespace
+
+void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
+                         std::int64_t nt, float* scores, std::int64_t ld) {
+  for (std::int64_t i0 = 0; i0 < q.nq; i0 += kMaxQueries) {
+    switch (std::min<std::int64_t>(kMaxQueries, q.nq - i0)) {
+      case 1:
+        run_any_length<1>(codec, q, i0, rows, nt, scores, ld);
+        break;
+      case 2:
+        run_any_length<2>(codec, q, i0, rows, nt, scores, ld);
+        break;
+      case 3:
+        run_any_length<3>(codec, q, i0, rows, nt, scores, ld);
+        break;
+      default:
+        run_any_length<4>(codec, q, i0, rows, nt, scores, ld);
+        break;
+    }
+  }
+}
+
+}  // namespace kvq::quant::detail::avx512vnni
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options

@@ -1,0 +1,144 @@
+// quant::quantize_query_int8 / dot_rows_int8_query (kvq/quant/int8_query.h): the approximate
+// int8-query scores over int8 K rows.
+//  - the fast path (AVX-512 VNNI where the CPU has it) equals the scalar twin bit for bit
+//    (integer sums), for head sizes with and without a masked tail, query counts across the
+//    kernel's register blocks, and zero points;
+//  - the twin is the stated formula: its distance to the exact float scores is bounded by the
+//    query's rounding, sum_c (s_i / 2) |x_j[c]|, plus float rounding;
+//  - the query quantization itself, including an all-zero row.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kvq/quant/int8_query.h"
+
+namespace kvq::quant {
+namespace {
+
+constexpr std::int64_t kRows = 37;  // two blocks of 16 rows + 5 single rows
+constexpr std::int64_t kLd = kRows + 3;
+
+std::vector<float> normal(std::mt19937& rng, std::int64_t size, float sigma) {
+  std::normal_distribution<float> dist(0.0f, sigma);
+  std::vector<float> v(static_cast<std::size_t>(size));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct Int8Rows {
+  RowCodec codec;
+  std::vector<std::byte> bytes;  // [kRows, n] int8 codes
+  std::vector<float> decoded;    // [kRows, n]
+};
+
+Int8Rows make_rows(std::mt19937& rng, std::int64_t n, float zero_point) {
+  Int8Rows r{{KvFormat::kINT8, n, 0.0211f, zero_point, 1.0f}, {}, {}};
+  r.bytes.resize(static_cast<std::size_t>(kRows * n));
+  r.decoded.resize(r.bytes.size());
+  const auto x = normal(rng, kRows * n, 1.0f);
+  for (std::int64_t j = 0; j < kRows; ++j) {
+    quantize_row(KvFormat::kINT8, x.data() + j * n, n, r.codec.scale, zero_point, 1.0f,
+                 r.bytes.data() + j * n);
+    dequantize_row(KvFormat::kINT8, r.bytes.data() + j * n, n, r.codec.scale, zero_point, 1.0f,
+                   r.decoded.data() + j * n);
+  }
+  return r;
+}
+
+TEST(Int8Query, QuantizesEachRowByItsAbsmax) {
+  std::mt19937 rng(3);
+  const std::int64_t nq = 3, n = 40;
+  auto q = normal(rng, nq * n, 2.0f);
+  for (std::int64_t c = 0; c < n; ++c) q[static_cast<std::size_t>(2 * n + c)] = 0.0f;
+  Int8Query out;
+  quantize_query_int8(q.data(), nq, n, &out);
+  ASSERT_EQ(out.codes.size(), static_cast<std::size_t>(nq * n));
+  for (std::int64_t i = 0; i < 2; ++i) {
+    float amax = 0.0f;
+    std::int32_t sum = 0, max_code = 0;
+    for (std::int64_t c = 0; c < n; ++c) amax = std::max(amax, std::abs(q[i * n + c]));
+    const float s = out.scale[static_cast<std::size_t>(i)];
+    EXPECT_EQ(s, amax / 127.0f);
+    for (std::int64_t c = 0; c < n; ++c) {
+      const std::int32_t code = out.codes[static_cast<std::size_t>(i * n + c)];
+      EXPECT_LE(std::abs(static_cast<float>(code) * s - q[i * n + c]), 0.5f * s * (1 + 1e-6f));
+      sum += code;
+      max_code = std::max(max_code, std::abs(code));
+    }
+    EXPECT_EQ(max_code, 127);
+    EXPECT_EQ(out.sum[static_cast<std::size_t>(i)], sum);
+  }
+  EXPECT_EQ(out.scale[2], 1.0f);  // an all-zero row: codes 0, no division by zero
+  EXPECT_EQ(out.sum[2], 0);
+  for (std::int64_t c = 0; c < n; ++c) EXPECT_EQ(out.codes[static_cast<std::size_t>(2 * n + c)], 0);
+}
+
+TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
+  std::mt19937 rng(5);
+  for (std::int64_t n : {7, 16, 64, 100, 128, 200}) {
+    for (float zp : {0.0f, -3.0f}) {
+      const Int8Rows r = make_rows(rng, n, zp);
+      for (std::int64_t nq : {1, 2, 3, 4, 5, 9}) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " zp=" << zp << " nq=" << nq);
+        const auto q = normal(rng, nq * n, 1.0f);
+        Int8Query qq;
+        quantize_query_int8(q.data(), nq, n, &qq);
+        std::vector<float> s(static_cast<std::size_t>(nq * kLd), -1.0f), s_ref(s);
+        dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
+        ref::dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s_ref.data(), kLd);
+        for (std::size_t e = 0; e < s.size(); ++e)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(s[e]), std::bit_cast<std::uint32_t>(s_ref[e]))
+              << e;
+      }
+    }
+  }
+}
+
+TEST(Int8Query, WithinTheQueryRoundingOfTheExactScores) {
+  std::mt19937 rng(9);
+  const std::int64_t n = 64, nq = 3;
+  for (float zp : {0.0f, 5.0f}) {
+    const Int8Rows r = make_rows(rng, n, zp);
+    const auto q = normal(rng, nq * n, 1.0f);
+    Int8Query qq;
+    quantize_query_int8(q.data(), nq, n, &qq);
+    std::vector<float> s(static_cast<std::size_t>(nq * kLd));
+    ref::dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
+    double worst = 0.0;
+    for (std::int64_t i = 0; i < nq; ++i) {
+      for (std::int64_t j = 0; j < kRows; ++j) {
+        double exact = 0.0, bound = 0.0, mag = 0.0;
+        for (std::int64_t c = 0; c < n; ++c) {
+          const double x = r.decoded[static_cast<std::size_t>(j * n + c)];
+          exact += static_cast<double>(q[static_cast<std::size_t>(i * n + c)]) * x;
+          bound += 0.5 * qq.scale[static_cast<std::size_t>(i)] * std::abs(x);
+          mag += std::abs(q[static_cast<std::size_t>(i * n + c)] * x);
+        }
+        const double err = std::abs(s[static_cast<std::size_t>(i * kLd + j)] - exact);
+        EXPECT_LE(err, bound * (1 + 1e-5) + 1e-5 * mag) << "i=" << i << " j=" << j;
+        worst = std::max(worst, err / bound);
+      }
+    }
+    EXPECT_GT(worst, 0.01);  // the bound is not vacuous: the rounding error is really there
+  }
+}
+
+TEST(Int8QueryDeathTest, RejectsOtherFormatsAndSizes) {
+  Int8Query qq;
+  const std::vector<float> q(64, 1.0f);
+  quantize_query_int8(q.data(), 1, 64, &qq);
+  std::vector<std::byte> rows(128);
+  std::vector<float> s(1);
+  // Internal invariants (KVQ_CHECK): misuse is a programming error and aborts with the reason.
+  EXPECT_DEATH(dot_rows_int8_query({KvFormat::kBF16, 64}, qq, rows.data(), 1, s.data(), 1),
+               "need int8 rows, not bf16");
+  EXPECT_DEATH(dot_rows_int8_query({KvFormat::kINT8, 32}, qq, rows.data(), 1, s.data(), 1),
+               "of 64 values against rows of 32");
+}
+
+}  // namespace
+}  // namespace kvq::quant
