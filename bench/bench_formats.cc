@@ -124,7 +124,7 @@ void BM_ScoresInt8(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(rows.bytes.size()));
-  state.SetLabel(kInt8Query ? (kvq::quant::int8_query_dot_is_fast() ? "int8 query, vnni"
+  state.SetLabel(kInt8Query ? (kvq::quant::int8_query_dot_is_fast(codec) ? "int8 query, vnni"
                                                                     : "int8 query, scalar")
                             : "exact float");
 }

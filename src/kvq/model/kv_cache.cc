@@ -279,10 +279,10 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     fail<InvalidArgument>("KV cache ({}): the spec has scales for {} layers, the model has {}",
                           quant::kv_format_name(spec.format), spec.layers.size(), layers);
   }
-  if (spec.int8_query_scores && spec.format != KvFormat::kINT8) {
+  if (spec.int8_query_scores && spec.format != KvFormat::kINT8 && spec.format != KvFormat::kINT4) {
     fail<InvalidArgument>(
-        "KV cache ({}): int8-query decode scores (+q8) need an int8 cache: they multiply int8 "
-        "query codes by int8 K codes",
+        "KV cache ({}): int8-query decode scores (+q8) need an int8 or int4 cache: they multiply "
+        "int8 query codes by integer K codes",
         quant::kv_format_name(spec.format));
   }
   keys_.reserve(static_cast<std::size_t>(layers));

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kvq/core/error.h"
+#include "kvq/quant/formats_simd.h"
 
 namespace kvq::quant {
 
@@ -35,8 +36,8 @@ void quantize_query_int8(const float* q, std::int64_t nq, std::int64_t n, Int8Qu
 namespace {
 
 void check_args(const RowCodec& codec, const Int8Query& q) {
-  KVQ_CHECK(codec.format == KvFormat::kINT8, "int8 query dot products need int8 rows, not {}",
-            kv_format_name(codec.format));
+  KVQ_CHECK(codec.format == KvFormat::kINT8 || codec.format == KvFormat::kINT4,
+            "int8 query dot products need int8 or int4 rows, not {}", kv_format_name(codec.format));
   KVQ_CHECK(codec.n == q.n, "int8 query of {} values against rows of {}", q.n, codec.n);
 }
 
@@ -48,14 +49,20 @@ void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::b
                          std::int64_t nt, float* scores, std::int64_t ld) {
   check_args(codec, q);
   const std::int64_t n = codec.n;
+  const bool int4 = codec.format == KvFormat::kINT4;
+  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, n));
   for (std::int64_t i = 0; i < q.nq; ++i) {
     const std::int8_t* qi = q.codes.data() + i * n;
     const float zq = codec.zero_point * static_cast<float>(q.sum[static_cast<std::size_t>(i)]);
     const float f = q.scale[static_cast<std::size_t>(i)] * codec.scale;
     for (std::int64_t j = 0; j < nt; ++j) {
-      const auto* row = reinterpret_cast<const std::int8_t*>(rows + j * n);
+      const std::byte* row = rows + j * row_bytes;
       std::int32_t dot = 0;
-      for (std::int64_t c = 0; c < n; ++c) dot += std::int32_t{qi[c]} * std::int32_t{row[c]};
+      for (std::int64_t c = 0; c < n; ++c) {
+        const std::int32_t code = int4 ? std::int32_t{detail::nibble(row, c)} - 8
+                                       : std::int32_t{static_cast<std::int8_t>(row[c])};
+        dot += std::int32_t{qi[c]} * code;
+      }
       scores[i * ld + j] = (static_cast<float>(dot) - zq) * f;
     }
   }
@@ -63,15 +70,18 @@ void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::b
 
 }  // namespace ref
 
-bool int8_query_dot_is_fast() {
+bool int8_query_dot_is_fast(const RowCodec& codec) {
 #if defined(__x86_64__)
-  static const bool fast = [] {
+  static const bool vnni = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vnni");
   }();
-  return fast;
+  if (!vnni) return false;
+  return codec.format == KvFormat::kINT8 ||
+         (codec.format == KvFormat::kINT4 && (codec.n == 64 || codec.n == 128));
 #else
+  (void)codec;
   return false;
 #endif
 }
@@ -79,7 +89,7 @@ bool int8_query_dot_is_fast() {
 void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
                          std::int64_t nt, float* scores, std::int64_t ld) {
 #if defined(__x86_64__)
-  if (int8_query_dot_is_fast()) {
+  if (int8_query_dot_is_fast(codec)) {
     check_args(codec, q);
     detail::avx512vnni::dot_rows_int8_query(codec, q, rows, nt, scores, ld);
     return;

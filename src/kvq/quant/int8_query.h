@@ -1,4 +1,5 @@
-// Decode scores of INT8 K rows against a query quantized to int8 on the fly (opt-in, approximate).
+// Decode scores of INT8 / INT4 K rows against a query quantized to int8 on the fly (opt-in,
+// approximate).
 //
 // The exact decode path (formats.h: dot_rows) dequantizes every K code to fp32 and runs 16-wide
 // float FMAs, so it reproduces a fake-quantized cache bit for bit. This path instead quantizes
@@ -10,8 +11,8 @@
 //                        s_i = max_c |q[i, c]| / 127 (1 for an all-zero row), sum_i = Σ_c codes
 //   dot_rows_int8_query: scores[i * ld + j] =
 //       (float(Σ_c codes[i, c] * code_j[c]) - zero_point * float(sum_i)) * (s_i * codec.scale)
-// where code_j is row j's int8 codes. The integer sums are exact in any order, so the fast path
-// equals the scalar twin (ref::) bit for bit.
+// where code_j is row j's signed codes (int4: nibble - 8). The integer sums are exact in any
+// order, so the fast path equals the scalar twin (ref::) bit for bit.
 #pragma once
 
 #include <cstddef>
@@ -32,13 +33,14 @@ struct Int8Query {
 // q [nq, n] -> out (resized; reusing one Int8Query avoids allocations per call).
 void quantize_query_int8(const float* q, std::int64_t nq, std::int64_t n, Int8Query* out);
 
-// codec.format must be kINT8 and codec.n == q.n; rows as formats.h's dot_rows.
+// codec.format must be kINT8 or kINT4 and codec.n == q.n; rows as formats.h's dot_rows.
 void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
                          std::int64_t nt, float* scores, std::int64_t ld);
 
-// Whether dot_rows_int8_query has a fast path on this CPU (AVX-512 VNNI); without one it runs
-// the scalar twin, which is slower than the exact float path.
-bool int8_query_dot_is_fast();
+// Whether dot_rows_int8_query has a fast path on this CPU (AVX-512 VNNI) for rows of this
+// codec (int8: any length; int4: head_dim 64 or 128); without one it runs the scalar twin,
+// which is slower than the exact float path.
+bool int8_query_dot_is_fast(const RowCodec& codec);
 
 namespace ref {
 void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
@@ -46,7 +48,7 @@ void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::b
 }  // namespace ref
 
 namespace detail::avx512vnni {
-// Rows [0, nt) on AVX-512 VNNI (any n: the tail is masked). Call only when the CPU has it.
+// Rows [0, nt) on AVX-512 VNNI. Call only when int8_query_dot_is_fast(codec).
 void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
                          std::int64_t nt, float* scores, std::int64_t ld);
 }  // namespace detail::avx512vnni

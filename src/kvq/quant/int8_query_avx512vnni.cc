@@ -2,10 +2,13 @@
 // avx512f/bw/dq/vl + avx512vnni through a target pragma covering only this file's code; called
 // only after the runtime check in int8_query.cc.
 //
-// vpdpbusd multiplies unsigned by signed bytes, so each K code c (signed) is read as c + 128
-// (its sign bit flipped) and 128 · Σ query codes is taken off the integer sum afterwards. A row
-// of 64 codes is one load, one xor and one vpdpbusd per query head; the 16 lanes of each
-// head's sum are reduced 16 rows at a time (integer adds: exact in any order).
+// vpdpbusd multiplies unsigned by signed bytes, so each int8 K code c (signed) is read as c + 128
+// (its sign bit flipped) and 128 · Σ query codes is taken off the integer sum afterwards; an int4
+// nibble already is code + 8 (8 · Σ query codes). A row of 64 int8 codes is one load, one xor
+// and one vpdpbusd per query head; 64 int4 codes are one 32-byte load split into low and high
+// nibbles (elements 0, 2, .., 62 then 1, 3, .., 63: the query codes are permuted to match once
+// per call). The 16 lanes of each head's sum are reduced 16 rows at a time (integer adds: exact
+// in any order).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -49,11 +52,13 @@ inline __m512i reduce_block(const __m512i* v) {
   return _mm512_permutexvar_epi32(order, w);
 }
 
-// Σ_c q_k[c] · (code[c] + 128) over one row, as 16 lanes per query k. kChunks > 0: the row is
-// exactly kChunks × 64 codes and the query codes stay in registers (head_dim 64 and 128, the
-// common cases); kChunks == 0: any length, query codes reloaded and the tail masked.
-template <int NQ, int kChunks>
+// Σ_c q_k[c] · (code[c] + bias) over one row, as 16 lanes per query k (bias 128 for int8, 8 for
+// int4). kChunks > 0: the row is exactly kChunks × 64 codes and the query codes stay in
+// registers (head_dim 64 and 128, the common cases); kChunks == 0 (int8 only): any length, query
+// codes reloaded and the tail masked.
+template <int NQ, int kChunks, bool kInt4>
 struct RowSums {
+  static_assert(!kInt4 || kChunks > 0, "int4 rows need whole 64-value chunks");
   static constexpr int kHeld = kChunks > 0 ? kChunks : 1;
   __m512i q[NQ][kHeld];
   const std::int8_t* codes;  // [NQ, n]
@@ -61,12 +66,37 @@ struct RowSums {
 
   RowSums(const std::int8_t* query_codes, std::int64_t row_len) : codes(query_codes), n(row_len) {
     if constexpr (kChunks > 0) {
-      for (int k = 0; k < NQ; ++k)
-        for (int c = 0; c < kChunks; ++c) q[k][c] = _mm512_loadu_si512(codes + k * n + 64 * c);
+      for (int k = 0; k < NQ; ++k) {
+        for (int c = 0; c < kChunks; ++c) {
+          const std::int8_t* src = codes + k * n + 64 * c;
+          if constexpr (kInt4) {  // the nibble order of a row: even elements, then odd ones
+            alignas(64) std::int8_t perm[64];
+            for (int e = 0; e < 32; ++e) {
+              perm[e] = src[2 * e];
+              perm[32 + e] = src[2 * e + 1];
+            }
+            q[k][c] = _mm512_load_si512(perm);
+          } else {
+            q[k][c] = _mm512_loadu_si512(src);
+          }
+        }
+      }
     }
   }
 
   void operator()(const std::byte* row, __m512i* acc) const {
+    if constexpr (kInt4) {
+      const __m256i low = _mm256_set1_epi8(0x0f);
+      __builtin_prefetch(row + 2048, 0, 0);
+      for (int k = 0; k < NQ; ++k) acc[k] = _mm512_setzero_si512();
+      for (int c = 0; c < kChunks; ++c) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * c));
+        const __m512i k8 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, low)),
+                                              _mm256_and_si256(_mm256_srli_epi16(x, 4), low), 1);
+        for (int k = 0; k < NQ; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], k8, q[k][c]);
+      }
+      return;
+    }
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     // 2 KiB ahead, as the exact kernels do for 8-bit rows (formats_simd_body.inc: one thread's
     // demand misses alone do not keep enough lines in flight).
@@ -90,16 +120,16 @@ struct RowSums {
 };
 
 // Queries [i0, i0 + NQ).
-template <int NQ, int kChunks>
+template <int NQ, int kChunks, bool kInt4>
 void run(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::byte* rows,
          std::int64_t nt, float* scores, std::int64_t ld) {
-  const std::int64_t n = q.n;
-  const RowSums<NQ, kChunks> row_sums(q.codes.data() + i0 * n, n);
+  const std::int64_t n = q.n, row_bytes = kInt4 ? n / 2 : n;
+  const RowSums<NQ, kChunks, kInt4> row_sums(q.codes.data() + i0 * n, n);
   std::int32_t bias[NQ];
   float zq[NQ], f[NQ];
   for (int k = 0; k < NQ; ++k) {
     const auto i = static_cast<std::size_t>(i0 + k);
-    bias[k] = 128 * q.sum[i];
+    bias[k] = (kInt4 ? 8 : 128) * q.sum[i];
     zq[k] = codec.zero_point * static_cast<float>(q.sum[i]);
     f[k] = q.scale[i] * codec.scale;
   }
@@ -108,7 +138,7 @@ void run(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::
     __m512i partial[NQ][kBlock];
     for (int b = 0; b < kBlock; ++b) {
       __m512i acc[NQ];
-      row_sums(rows + (j + b) * n, acc);
+      row_sums(rows + (j + b) * row_bytes, acc);
       for (int k = 0; k < NQ; ++k) partial[k][b] = acc[k];
     }
     for (int k = 0; k < NQ; ++k) {
@@ -122,7 +152,7 @@ void run(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::
   }
   for (; j < nt; ++j) {
     __m512i acc[NQ];
-    row_sums(rows + j * n, acc);
+    row_sums(rows + j * row_bytes, acc);
     for (int k = 0; k < NQ; ++k) {
       const std::int32_t dot = _mm512_reduce_add_epi32(acc[k]) - bias[k];
       scores[(i0 + k) * ld + j] = (static_cast<float>(dot) - zq[k]) * f[k];
@@ -133,12 +163,15 @@ void run(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::
 template <int NQ>
 void run_any_length(const RowCodec& codec, const Int8Query& q, std::int64_t i0,
                     const std::byte* rows, std::int64_t nt, float* scores, std::int64_t ld) {
+  const bool int4 = codec.format == KvFormat::kINT4;
   if (q.n == 64)
-    run<NQ, 1>(codec, q, i0, rows, nt, scores, ld);
+    int4 ? run<NQ, 1, true>(codec, q, i0, rows, nt, scores, ld)
+         : run<NQ, 1, false>(codec, q, i0, rows, nt, scores, ld);
   else if (q.n == 128)
-    run<NQ, 2>(codec, q, i0, rows, nt, scores, ld);
+    int4 ? run<NQ, 2, true>(codec, q, i0, rows, nt, scores, ld)
+         : run<NQ, 2, false>(codec, q, i0, rows, nt, scores, ld);
   else
-    run<NQ, 0>(codec, q, i0, rows, nt, scores, ld);
+    run<NQ, 0, false>(codec, q, i0, rows, nt, scores, ld);  // int8 (see has_fast_path)
 }
 
 }  // namespace

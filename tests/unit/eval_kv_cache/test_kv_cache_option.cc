@@ -75,19 +75,19 @@ std::unique_ptr<model::LlamaModel> tiny() {
   return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
 }
 
-// `+q8`: int8 caches opt in to approximate int8-query decode scores; the flag reaches the
+// `+q8`: int8 and int4 caches opt in to approximate int8-query decode scores; the flag reaches the
 // spec, the label and the K views (not V) of the cache; other formats refuse it.
 TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
-  for (std::string_view t : {"int8+q8", "INT8:head+Q8", "int8:tensor+q8"}) {
+  for (std::string_view t : {"int8+q8", "INT8:head+Q8", "int8:tensor+q8", "int4:head+q8"}) {
     const KvCacheOption o = parse_kv_cache_option(t);
-    EXPECT_EQ(o.format, KvFormat::kINT8) << t;
+    EXPECT_EQ(o.format, t[3] == '4' ? KvFormat::kINT4 : KvFormat::kINT8) << t;
     EXPECT_TRUE(o.int8_query) << t;
     EXPECT_EQ(o.text, t);
   }
   EXPECT_FALSE(parse_kv_cache_option("int8:head").int8_query);
   const std::string e = error_of("fp8:head+q8");
   EXPECT_NE(e.find("--kv-cache 'fp8:head+q8': +q8 (decode scores with an int8 query) applies to "
-                   "int8 caches only"),
+                   "int8 and int4 caches only"),
             std::string::npos)
       << e;
   EXPECT_THROW(parse_kv_cache_option("bf16+q8"), NotSupported);

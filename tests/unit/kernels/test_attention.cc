@@ -175,8 +175,8 @@ TEST(Attention, DecodeMatchesReferenceForEverySplit) {
   }
 }
 
-// Opt-in int8-query scores (KvRowsView::int8_query_scores on int8 K): decode must use exactly
-// quant's int8-query scores — checked against a double-precision softmax over
+// Opt-in int8-query scores (KvRowsView::int8_query_scores on int8 / int4 K): decode must use
+// exactly quant's int8-query scores — checked against a double-precision softmax over
 // ref::dot_rows_int8_query's scores and the decoded V rows — for every split, and must differ
 // from the exact path (the option is really on).
 TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
@@ -185,44 +185,49 @@ TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
                                {9, 3, 64, 1, 1000},
                                {8, 2, 128, 1, 300},
                                {4, 1, 48, 1, 40}};
-  for (const Case& c : decode_cases) {
-    const std::int64_t total = c.past + 1, d = c.head_dim, group = c.heads / c.kv_heads;
-    FakeCache k(KvFormat::kINT8, c.kv_heads, total, d, 17 + total);
-    FakeCache v(KvFormat::kINT8, c.kv_heads, total, d, 18 + total);
-    for (KvRowsView& view : k.views) view.int8_query_scores = true;
-    const auto q = random_q(c, 19, 1.0f);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    std::vector<float> want(static_cast<std::size_t>(c.heads * d));
-    std::vector<float> vrows(static_cast<std::size_t>(total * d));
-    std::vector<float> s(static_cast<std::size_t>(total));
-    for (std::int64_t h = 0; h < c.heads; ++h) {
-      const KvRowsView& kh = k.views[static_cast<std::size_t>(h / group)];
-      quant::Int8Query q8;
-      quant::quantize_query_int8(q.data() + h * d, 1, d, &q8);
-      quant::ref::dot_rows_int8_query(kh.codec(), q8, kh.data, total, s.data(), total);
-      double mx = -INFINITY, sum = 0.0;
-      for (float x : s) mx = std::max(mx, static_cast<double>(x) * scale);
-      load_kv_rows_ref(v.views[static_cast<std::size_t>(h / group)], 0, total, vrows.data());
-      std::vector<double> o(static_cast<std::size_t>(d), 0.0);
-      for (std::int64_t j = 0; j < total; ++j) {
-        const double w = std::exp(static_cast<double>(s[static_cast<std::size_t>(j)]) * scale - mx);
-        sum += w;
-        for (std::int64_t e = 0; e < d; ++e) o[static_cast<std::size_t>(e)] += w * vrows[j * d + e];
+  for (KvFormat format : {KvFormat::kINT8, KvFormat::kINT4}) {
+    for (const Case& c : decode_cases) {
+      const std::int64_t total = c.past + 1, d = c.head_dim, group = c.heads / c.kv_heads;
+      FakeCache k(format, c.kv_heads, total, d, 17 + total);
+      FakeCache v(format, c.kv_heads, total, d, 18 + total);
+      for (KvRowsView& view : k.views) view.int8_query_scores = true;
+      const auto q = random_q(c, 19, 1.0f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      std::vector<float> want(static_cast<std::size_t>(c.heads * d));
+      std::vector<float> vrows(static_cast<std::size_t>(total * d));
+      std::vector<float> s(static_cast<std::size_t>(total));
+      for (std::int64_t h = 0; h < c.heads; ++h) {
+        const KvRowsView& kh = k.views[static_cast<std::size_t>(h / group)];
+        quant::Int8Query q8;
+        quant::quantize_query_int8(q.data() + h * d, 1, d, &q8);
+        quant::ref::dot_rows_int8_query(kh.codec(), q8, kh.data, total, s.data(), total);
+        double mx = -INFINITY, sum = 0.0;
+        for (float x : s) mx = std::max(mx, static_cast<double>(x) * scale);
+        load_kv_rows_ref(v.views[static_cast<std::size_t>(h / group)], 0, total, vrows.data());
+        std::vector<double> o(static_cast<std::size_t>(d), 0.0);
+        for (std::int64_t j = 0; j < total; ++j) {
+          const double w =
+              std::exp(static_cast<double>(s[static_cast<std::size_t>(j)]) * scale - mx);
+          sum += w;
+          for (std::int64_t e = 0; e < d; ++e)
+            o[static_cast<std::size_t>(e)] += w * vrows[j * d + e];
+        }
+        for (std::int64_t e = 0; e < d; ++e)
+          want[static_cast<std::size_t>(h * d + e)] = static_cast<float>(o[e] / sum);
       }
-      for (std::int64_t e = 0; e < d; ++e)
-        want[static_cast<std::size_t>(h * d + e)] = static_cast<float>(o[e] / sum);
-    }
-    const auto exact = reference(c, q, k, v, scale);  // the reference ignores the option
-    AttentionParams p{c.heads, c.kv_heads, d, 1, c.past, scale};
-    for (std::int64_t splits : {1, 2, 7}) {
-      std::vector<float> got(want.size(), NAN);
-      attention_decode(p, q.data(), k.views.data(), v.views.data(), got.data(), splits);
-      const std::string what = fmt::format("int8+q8 past={} splits={}", c.past, splits);
-      expect_close(got, want, 2e-5f * v.max_abs(), what);
-      float moved = 0.0f;
-      for (std::size_t i = 0; i < got.size(); ++i)
-        moved = std::max(moved, std::fabs(got[i] - exact[i]));
-      EXPECT_GT(moved, 1e-4f * v.max_abs()) << what << ": no different from the exact path";
+      const auto exact = reference(c, q, k, v, scale);  // the reference ignores the option
+      AttentionParams p{c.heads, c.kv_heads, d, 1, c.past, scale};
+      for (std::int64_t splits : {1, 2, 7}) {
+        std::vector<float> got(want.size(), NAN);
+        attention_decode(p, q.data(), k.views.data(), v.views.data(), got.data(), splits);
+        const std::string what = fmt::format("{}+q8 d={} past={} splits={}",
+                                             quant::kv_format_name(format), d, c.past, splits);
+        expect_close(got, want, 2e-5f * v.max_abs(), what);
+        float moved = 0.0f;
+        for (std::size_t i = 0; i < got.size(); ++i)
+          moved = std::max(moved, std::fabs(got[i] - exact[i]));
+        EXPECT_GT(moved, 1e-4f * v.max_abs()) << what << ": no different from the exact path";
+      }
     }
   }
 }

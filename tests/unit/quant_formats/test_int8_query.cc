@@ -1,5 +1,5 @@
 // quant::quantize_query_int8 / dot_rows_int8_query (kvq/quant/int8_query.h): the approximate
-// int8-query scores over int8 K rows.
+// int8-query scores over int8 and int4 K rows.
 //  - the fast path (AVX-512 VNNI where the CPU has it) equals the scalar twin bit for bit
 //    (integer sums), for head sizes with and without a masked tail, query counts across the
 //    kernel's register blocks, and zero points;
@@ -29,25 +29,29 @@ std::vector<float> normal(std::mt19937& rng, std::int64_t size, float sigma) {
   return v;
 }
 
-struct Int8Rows {
+struct IntRows {
   RowCodec codec;
-  std::vector<std::byte> bytes;  // [kRows, n] int8 codes
+  std::vector<std::byte> bytes;  // [kRows, kv_row_bytes] int8 / int4 codes
   std::vector<float> decoded;    // [kRows, n]
 };
 
-Int8Rows make_rows(std::mt19937& rng, std::int64_t n, float zero_point) {
-  Int8Rows r{{KvFormat::kINT8, n, 0.0211f, zero_point, 1.0f}, {}, {}};
-  r.bytes.resize(static_cast<std::size_t>(kRows * n));
-  r.decoded.resize(r.bytes.size());
+IntRows make_rows(std::mt19937& rng, KvFormat format, std::int64_t n, float zero_point) {
+  const float scale = format == KvFormat::kINT8 ? 0.0211f : 0.377f;
+  IntRows r{{format, n, scale, zero_point, 1.0f}, {}, {}};
+  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(format, n));
+  r.bytes.resize(static_cast<std::size_t>(kRows * row_bytes));
+  r.decoded.resize(static_cast<std::size_t>(kRows * n));
   const auto x = normal(rng, kRows * n, 1.0f);
   for (std::int64_t j = 0; j < kRows; ++j) {
-    quantize_row(KvFormat::kINT8, x.data() + j * n, n, r.codec.scale, zero_point, 1.0f,
-                 r.bytes.data() + j * n);
-    dequantize_row(KvFormat::kINT8, r.bytes.data() + j * n, n, r.codec.scale, zero_point, 1.0f,
+    quantize_row(format, x.data() + j * n, n, scale, zero_point, 1.0f,
+                 r.bytes.data() + j * row_bytes);
+    dequantize_row(format, r.bytes.data() + j * row_bytes, n, scale, zero_point, 1.0f,
                    r.decoded.data() + j * n);
   }
   return r;
 }
+
+constexpr KvFormat kIntFormats[] = {KvFormat::kINT8, KvFormat::kINT4};
 
 TEST(Int8Query, QuantizesEachRowByItsAbsmax) {
   std::mt19937 rng(3);
@@ -79,20 +83,24 @@ TEST(Int8Query, QuantizesEachRowByItsAbsmax) {
 
 TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
   std::mt19937 rng(5);
-  for (std::int64_t n : {7, 16, 64, 100, 128, 200}) {
-    for (float zp : {0.0f, -3.0f}) {
-      const Int8Rows r = make_rows(rng, n, zp);
-      for (std::int64_t nq : {1, 2, 3, 4, 5, 9}) {
-        SCOPED_TRACE(testing::Message() << "n=" << n << " zp=" << zp << " nq=" << nq);
-        const auto q = normal(rng, nq * n, 1.0f);
-        Int8Query qq;
-        quantize_query_int8(q.data(), nq, n, &qq);
-        std::vector<float> s(static_cast<std::size_t>(nq * kLd), -1.0f), s_ref(s);
-        dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
-        ref::dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s_ref.data(), kLd);
-        for (std::size_t e = 0; e < s.size(); ++e)
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(s[e]), std::bit_cast<std::uint32_t>(s_ref[e]))
-              << e;
+  for (KvFormat format : kIntFormats) {
+    for (std::int64_t n : {7, 16, 64, 100, 128, 200}) {
+      for (float zp : {0.0f, -3.0f}) {
+        const IntRows r = make_rows(rng, format, n, zp);
+        for (std::int64_t nq : {1, 2, 3, 4, 5, 9}) {
+          SCOPED_TRACE(testing::Message()
+                       << kv_format_name(format) << " n=" << n << " zp=" << zp << " nq=" << nq
+                       << " fast=" << int8_query_dot_is_fast(r.codec));
+          const auto q = normal(rng, nq * n, 1.0f);
+          Int8Query qq;
+          quantize_query_int8(q.data(), nq, n, &qq);
+          std::vector<float> s(static_cast<std::size_t>(nq * kLd), -1.0f), s_ref(s);
+          dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
+          ref::dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s_ref.data(), kLd);
+          for (std::size_t e = 0; e < s.size(); ++e)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(s[e]), std::bit_cast<std::uint32_t>(s_ref[e]))
+                << e;
+        }
       }
     }
   }
@@ -101,29 +109,32 @@ TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
 TEST(Int8Query, WithinTheQueryRoundingOfTheExactScores) {
   std::mt19937 rng(9);
   const std::int64_t n = 64, nq = 3;
-  for (float zp : {0.0f, 5.0f}) {
-    const Int8Rows r = make_rows(rng, n, zp);
-    const auto q = normal(rng, nq * n, 1.0f);
-    Int8Query qq;
-    quantize_query_int8(q.data(), nq, n, &qq);
-    std::vector<float> s(static_cast<std::size_t>(nq * kLd));
-    ref::dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
-    double worst = 0.0;
-    for (std::int64_t i = 0; i < nq; ++i) {
-      for (std::int64_t j = 0; j < kRows; ++j) {
-        double exact = 0.0, bound = 0.0, mag = 0.0;
-        for (std::int64_t c = 0; c < n; ++c) {
-          const double x = r.decoded[static_cast<std::size_t>(j * n + c)];
-          exact += static_cast<double>(q[static_cast<std::size_t>(i * n + c)]) * x;
-          bound += 0.5 * qq.scale[static_cast<std::size_t>(i)] * std::abs(x);
-          mag += std::abs(q[static_cast<std::size_t>(i * n + c)] * x);
+  for (KvFormat format : kIntFormats) {
+    for (float zp : {0.0f, 2.0f}) {
+      SCOPED_TRACE(testing::Message() << kv_format_name(format) << " zp=" << zp);
+      const IntRows r = make_rows(rng, format, n, zp);
+      const auto q = normal(rng, nq * n, 1.0f);
+      Int8Query qq;
+      quantize_query_int8(q.data(), nq, n, &qq);
+      std::vector<float> s(static_cast<std::size_t>(nq * kLd));
+      ref::dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
+      double worst = 0.0;
+      for (std::int64_t i = 0; i < nq; ++i) {
+        for (std::int64_t j = 0; j < kRows; ++j) {
+          double exact = 0.0, bound = 0.0, mag = 0.0;
+          for (std::int64_t c = 0; c < n; ++c) {
+            const double x = r.decoded[static_cast<std::size_t>(j * n + c)];
+            exact += static_cast<double>(q[static_cast<std::size_t>(i * n + c)]) * x;
+            bound += 0.5 * qq.scale[static_cast<std::size_t>(i)] * std::abs(x);
+            mag += std::abs(q[static_cast<std::size_t>(i * n + c)] * x);
+          }
+          const double err = std::abs(s[static_cast<std::size_t>(i * kLd + j)] - exact);
+          EXPECT_LE(err, bound * (1 + 1e-5) + 1e-5 * mag) << "i=" << i << " j=" << j;
+          worst = std::max(worst, err / bound);
         }
-        const double err = std::abs(s[static_cast<std::size_t>(i * kLd + j)] - exact);
-        EXPECT_LE(err, bound * (1 + 1e-5) + 1e-5 * mag) << "i=" << i << " j=" << j;
-        worst = std::max(worst, err / bound);
       }
+      EXPECT_GT(worst, 0.01);  // the bound is not vacuous: the rounding error is really there
     }
-    EXPECT_GT(worst, 0.01);  // the bound is not vacuous: the rounding error is really there
   }
 }
 
@@ -135,7 +146,7 @@ TEST(Int8QueryDeathTest, RejectsOtherFormatsAndSizes) {
   std::vector<float> s(1);
   // Internal invariants (KVQ_CHECK): misuse is a programming error and aborts with the reason.
   EXPECT_DEATH(dot_rows_int8_query({KvFormat::kBF16, 64}, qq, rows.data(), 1, s.data(), 1),
-               "need int8 rows, not bf16");
+               "need int8 or int4 rows, not bf16");
   EXPECT_DEATH(dot_rows_int8_query({KvFormat::kINT8, 32}, qq, rows.data(), 1, s.data(), 1),
                "of 64 values against rows of 32");
 }
