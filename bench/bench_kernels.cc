@@ -149,15 +149,15 @@ BENCHMARK(BM_GemvBatch)
 // range(1) = context). A "layer" is 3 kv heads × ctx rows of K and V; the benchmark cycles over
 // max(30, enough to exceed 256 MiB) such layers so every step reads K+V from DRAM, not L3 (the
 // whole model's cache is 30 layers). GB/s = packed K+V bytes read per step / time.
-// fmt kInt8Q8 / kInt4Q8 (past the formats): int8 / int4 rows with the opt-in int8-query scores
+// fmt 7, 8, 9 (past the formats): int8, int4, nvfp4 rows with the opt-in int8-query scores
 // (+q8).
-constexpr std::int64_t kInt8Q8 = 7, kInt4Q8 = 8;
+constexpr kvq::quant::KvFormat kQ8Formats[] = {
+    kvq::quant::KvFormat::kINT8, kvq::quant::KvFormat::kINT4, kvq::quant::KvFormat::kNVFP4};
+constexpr std::int64_t kFirstQ8 = 7;
 void BM_DecodeAttention(benchmark::State& state) {
-  const bool q8 = state.range(0) >= kInt8Q8;
-  const auto format = state.range(0) == kInt8Q8 ? kvq::quant::KvFormat::kINT8
-                      : state.range(0) == kInt4Q8
-                          ? kvq::quant::KvFormat::kINT4
-                          : static_cast<kvq::quant::KvFormat>(state.range(0));
+  const bool q8 = state.range(0) >= kFirstQ8;
+  const auto format = q8 ? kQ8Formats[state.range(0) - kFirstQ8]
+                         : static_cast<kvq::quant::KvFormat>(state.range(0));
   const std::int64_t ctx = state.range(1), kvh = 3, heads = 9, d = 64;
   const auto row_bytes = static_cast<std::int64_t>(kvq::quant::kv_row_bytes(format, d));
   const std::int64_t layer_bytes = 2 * kvh * ctx * row_bytes;  // K + V
@@ -208,7 +208,7 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
       b->Args({static_cast<std::int64_t>(t.format), ctx});
     }
   }
-  for (std::int64_t fmt : {kInt8Q8, kInt4Q8})
+  for (std::int64_t fmt = kFirstQ8; fmt < kFirstQ8 + 3; ++fmt)
     for (std::int64_t ctx : {512, 2048, 8192, 16384}) b->Args({fmt, ctx});
 }
 BENCHMARK(BM_DecodeAttention)

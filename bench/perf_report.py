@@ -22,11 +22,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# quant::KvFormat order, then bench_kernels' kInt8Q8 / kInt4Q8 (opt-in int8-query scores).
-FORMATS = ["f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4", "int8+q8", "int4+q8"]
+# quant::KvFormat order, then bench_kernels' +q8 variants (opt-in int8-query scores).
+FORMATS = ["f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4", "int8+q8", "int4+q8", "nvfp4+q8"]
 # Bytes of one K row + one V row (head_dim 64, values + in-row scales), as in formats.h.
 PAIR_BYTES = {"f32": 512, "bf16": 256, "f16": 256, "fp8": 128, "int8": 128, "int4": 64,
-              "nvfp4": 72, "int8+q8": 128, "int4+q8": 64}
+              "nvfp4": 72, "int8+q8": 128, "int4+q8": 64, "nvfp4+q8": 72}
 KV_HEADS = 3  # the kernel benchmark's layer: 9 query heads over 3 kv heads
 
 
@@ -67,8 +67,8 @@ def kernel_table(args):
 
 
 def e2e_tables(args, weights):
-    kv = ["bf16", "fp8", "int8", "int8+q8", "int4", "int4+q8", "nvfp4"] if weights == "bf16" \
-        else ["f32", "bf16", "fp8", "int8", "int8+q8", "int4", "int4+q8", "nvfp4"]
+    q8 = ["int8", "int8+q8", "int4", "int4+q8", "nvfp4", "nvfp4+q8"]
+    kv = (["bf16", "fp8"] if weights == "bf16" else ["f32", "bf16", "fp8"]) + q8
     out = run([str(args.kvq), "bench", "--model", str(args.model), "--json", "--weights", weights,
                "--kv-cache", ",".join(kv), "--contexts", ",".join(map(str, args.contexts)),
                "--threads", str(args.threads), "--prefill", str(args.prefill), "--repeats",

@@ -140,10 +140,11 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
           text, quant::kv_format_name(o.format), g);
     }
   }
-  if (o.int8_query && o.format != KvFormat::kINT8 && o.format != KvFormat::kINT4) {
+  if (o.int8_query && o.format != KvFormat::kINT8 && o.format != KvFormat::kINT4 &&
+      o.format != KvFormat::kNVFP4) {
     fail<NotSupported>(
-        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to int8 and int4 caches "
-        "only",
+        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to int8, int4 and nvfp4 "
+        "caches only",
         o.text);
   }
   return o;
@@ -259,7 +260,8 @@ std::string kv_cache_flag_help(bool list) {
       "KV cache{}: auto (a quantized checkpoint's packed cache with its calibrated scales, "
       "else f32), fake (checkpoint only: its fake quantization, fp32 cache), or "
       "FORMAT[:tensor|head] with FORMAT one of {} (fp8/int8/int4/nvfp4 on a plain model: "
-      "dynamic scales fixed by the first write, per kv head unless :tensor); int8/int4...+q8: "
+      "dynamic scales fixed by the first write, per kv head unless :tensor); "
+      "int8/int4/nvfp4...+q8: "
       "approximate int8-query decode scores (VNNI), faster, not bit-exact",
       list ? "s, comma-separated" : "", format_names());
 }

@@ -12,7 +12,8 @@
 //                         (`:head`, the default) or per layer's K / V (`:tensor`), see
 //                         model/kv_cache.h. Quantized checkpoint: must name the checkpoint's
 //                         format (and strategy), and means `auto`; anything else is an error.
-//   FORMAT...+q8          int8 / int4: the same cache, with approximate decode scores — the query
+//   FORMAT...+q8          int8 / int4 / nvfp4: the same cache, with approximate decode scores — the
+//   query
 //                         quantized to int8 per head, integer dot products (AVX-512 VNNI; see
 //                         quant/int8_query.h). Opt-in: not bit-identical to fake quantization.
 //   fake                  quantized checkpoint only: the reference semantics — the lifecycle's

@@ -35,9 +35,9 @@ struct KvRowsView {
   float scale = 1.0f;         // stream dequant scale (ignored by nvfp4)
   float zero_point = 0.0f;    // stream zero point, an integer code (int8 / int4 only)
   float global_scale = 1.0f;  // nvfp4 stream global scale (> 0)
-  // K rows of an int8 / int4 cache opted in to approximate decode scores: the query is quantized to
-  // int8 and the products run on integer instructions (quant/int8_query.h). Prefill and V stay
-  // exact.
+  // K rows of an int8 / int4 / nvfp4 cache opted in to approximate decode scores: the query is
+  // quantized to int8 and the products run on integer instructions (quant/int8_query.h). Prefill
+  // and V stay exact.
   bool int8_query_scores = false;
 
   // The stream's dequantization, for quant::dot_rows / axpy_rows.

@@ -8,6 +8,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/tensor.h"
+#include "kvq/quant/int8_query.h"
 #include "kvq/quant/qparams.h"
 
 namespace kvq::model {
@@ -279,11 +280,12 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     fail<InvalidArgument>("KV cache ({}): the spec has scales for {} layers, the model has {}",
                           quant::kv_format_name(spec.format), spec.layers.size(), layers);
   }
-  if (spec.int8_query_scores && spec.format != KvFormat::kINT8 && spec.format != KvFormat::kINT4) {
+  if (spec.int8_query_scores && !quant::int8_query_rows_supported(spec.format, head_dim)) {
     fail<InvalidArgument>(
-        "KV cache ({}): int8-query decode scores (+q8) need an int8 or int4 cache: they multiply "
-        "int8 query codes by integer K codes",
-        quant::kv_format_name(spec.format));
+        "KV cache ({}, head_dim {}): int8-query decode scores (+q8) need an int8 or int4 cache, "
+        "or nvfp4 with head_dim a multiple of 64: they multiply int8 query codes by integer K "
+        "codes",
+        quant::kv_format_name(spec.format), head_dim);
   }
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));

@@ -95,9 +95,10 @@ struct KvCacheSpec {
   // scales are dynamic per head. kHead / kTensor: they are dynamic with that granularity (see
   // above); ignored by f32 / bf16 / f16. A NaN given in `layers` is an error either way.
   std::optional<KvScaleGranularity> dynamic_scales;
-  // int8 / int4 only (InvalidArgument otherwise): decode scores with the query quantized to int8
-  // per head and integer dot products (AVX-512 VNNI) instead of the exact float path. Approximate:
-  // opt-in (`--kv-cache int8:head+q8`); prefill attention and the V side stay exact.
+  // int8 / int4 / nvfp4 (head_dim % 64 == 0) only (InvalidArgument otherwise): decode scores with
+  // the query quantized to int8 per head and integer dot products (AVX-512 VNNI) instead of the
+  // exact float path. Approximate: opt-in (`--kv-cache int8:head+q8`); prefill attention and the V
+  // side stay exact.
   bool int8_query_scores = false;
 };
 
@@ -124,7 +125,8 @@ class KvBuffer {
   void set_params(KvStreamParams params);
   // Forgets dynamically fixed parameters (the next write with data fixes them again).
   void reset_dynamic();
-  // K of an int8 / int4 cache: views ask for approximate int8-query decode scores (KvCacheSpec).
+  // K of an int8 / int4 / nvfp4 cache: views ask for approximate int8-query decode scores
+  // (KvCacheSpec).
   void set_int8_query_scores(bool on) { int8_query_scores_ = on; }
   // Whether head h's scale (nvfp4: global scale) is dynamic (fixed or not: see scale()).
   bool dynamic(std::int64_t h) const { return dynamic_.at(static_cast<std::size_t>(h)); }

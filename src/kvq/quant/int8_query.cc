@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kvq/core/error.h"
+#include "kvq/core/float8.h"
 #include "kvq/quant/formats_simd.h"
 
 namespace kvq::quant {
@@ -36,9 +37,31 @@ void quantize_query_int8(const float* q, std::int64_t nq, std::int64_t n, Int8Qu
 namespace {
 
 void check_args(const RowCodec& codec, const Int8Query& q) {
-  KVQ_CHECK(codec.format == KvFormat::kINT8 || codec.format == KvFormat::kINT4,
-            "int8 query dot products need int8 or int4 rows, not {}", kv_format_name(codec.format));
+  KVQ_CHECK(int8_query_rows_supported(codec.format, codec.n),
+            "int8 query dot products need int8 or int4 rows, or nvfp4 rows of a multiple of 64 "
+            "values, not {} x {}",
+            kv_format_name(codec.format), codec.n);
   KVQ_CHECK(codec.n == q.n, "int8 query of {} values against rows of {}", q.n, codec.n);
+}
+
+// The nvfp4 semantics of int8_query.h, one query row against one row.
+float nvfp4_score(const std::int8_t* qi, const std::byte* row, std::int64_t n, float factor) {
+  float acc[16] = {};
+  for (std::int64_t t = 0; t < n; t += 64) {
+    for (int l = 0; l < 16; ++l) {
+      const std::int64_t first = t + 8 * (l % 8) + (l / 8);  // E(l) = first + 2m, m < 4
+      std::int32_t sum = 0;
+      for (int m = 0; m < 4; ++m) {
+        const std::int64_t c = first + 2 * m;
+        const auto w = static_cast<std::int32_t>(2.0f * e2m1_to_f32(detail::nibble(row, c)));
+        sum += std::int32_t{qi[c]} * w;
+      }
+      acc[l] = std::fma(static_cast<float>(sum), detail::nvfp4_block_scale(row, n, first), acc[l]);
+    }
+  }
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  return acc[0] * factor;
 }
 
 }  // namespace
@@ -51,6 +74,15 @@ void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::b
   const std::int64_t n = codec.n;
   const bool int4 = codec.format == KvFormat::kINT4;
   const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, n));
+  if (codec.format == KvFormat::kNVFP4) {
+    for (std::int64_t i = 0; i < q.nq; ++i) {
+      const float factor = q.scale[static_cast<std::size_t>(i)] * (0.5f / codec.global_scale);
+      for (std::int64_t j = 0; j < nt; ++j) {
+        scores[i * ld + j] = nvfp4_score(q.codes.data() + i * n, rows + j * row_bytes, n, factor);
+      }
+    }
+    return;
+  }
   for (std::int64_t i = 0; i < q.nq; ++i) {
     const std::int8_t* qi = q.codes.data() + i * n;
     const float zq = codec.zero_point * static_cast<float>(q.sum[static_cast<std::size_t>(i)]);
@@ -70,6 +102,11 @@ void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::b
 
 }  // namespace ref
 
+bool int8_query_rows_supported(KvFormat format, std::int64_t n) {
+  return format == KvFormat::kINT8 || format == KvFormat::kINT4 ||
+         (format == KvFormat::kNVFP4 && n > 0 && n % 64 == 0);
+}
+
 bool int8_query_dot_is_fast(const RowCodec& codec) {
 #if defined(__x86_64__)
   static const bool vnni = [] {
@@ -79,7 +116,8 @@ bool int8_query_dot_is_fast(const RowCodec& codec) {
   }();
   if (!vnni) return false;
   return codec.format == KvFormat::kINT8 ||
-         (codec.format == KvFormat::kINT4 && (codec.n == 64 || codec.n == 128));
+         ((codec.format == KvFormat::kINT4 || codec.format == KvFormat::kNVFP4) &&
+          (codec.n == 64 || codec.n == 128));
 #else
   (void)codec;
   return false;

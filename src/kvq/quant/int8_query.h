@@ -13,6 +13,15 @@
 //       (float(Σ_c codes[i, c] * code_j[c]) - zero_point * float(sum_i)) * (s_i * codec.scale)
 // where code_j is row j's signed codes (int4: nibble - 8). The integer sums are exact in any
 // order, so the fast path equals the scalar twin (ref::) bit for bit.
+//
+// NVFP4 rows (n a multiple of 64): w = 2 · e2m1 is an integer in [-12, 12], so each 64-value
+// chunk t gives 16 exact integer lane sums L_l = Σ_{c ∈ E(l)} codes[i, c] · w_c over
+// E(l) = {64t + 8l + 2m} (l < 8) or {64t + 8(l - 8) + 2m + 1} (l >= 8), m < 4 — the nibble
+// order of the fast path; all of E(l) share one 16-value block, of block scale bs_l. Then
+//   acc_l = fma(float(L_l), bs_l, acc_l) over the chunks in order (acc_l = 0 first),
+//   scores[i * ld + j] = tree(acc) * (s_i * (0.5f / codec.global_scale)),
+// tree() adding lanes l and l + 8, then l and l + 4, l and l + 2, l and l + 1 (the pairing of
+// one _mm512_reduce_add_ps). The fast path does exactly these float operations.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +42,8 @@ struct Int8Query {
 // q [nq, n] -> out (resized; reusing one Int8Query avoids allocations per call).
 void quantize_query_int8(const float* q, std::int64_t nq, std::int64_t n, Int8Query* out);
 
-// codec.format must be kINT8 or kINT4 and codec.n == q.n; rows as formats.h's dot_rows.
+// codec.format must be kINT8, kINT4 or kNVFP4 (n % 64 == 0) and codec.n == q.n; rows as
+// formats.h's dot_rows. int8_query_rows_supported says whether a codec qualifies.
 void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,
                          std::int64_t nt, float* scores, std::int64_t ld);
 
@@ -41,6 +51,8 @@ void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::b
 // codec (int8: any length; int4: head_dim 64 or 128); without one it runs the scalar twin,
 // which is slower than the exact float path.
 bool int8_query_dot_is_fast(const RowCodec& codec);
+// Whether int8-query scores are defined for rows of this format and length (see above).
+bool int8_query_rows_supported(KvFormat format, std::int64_t n);
 
 namespace ref {
 void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::byte* rows,

@@ -9,11 +9,16 @@
 // nibbles (elements 0, 2, .., 62 then 1, 3, .., 63: the query codes are permuted to match once
 // per call). The 16 lanes of each head's sum are reduced 16 rows at a time (integer adds: exact
 // in any order).
+// GCC 12 reports its own _mm512_shuffle_f32x4 (`__Y = __Y`, inlined from the header, so the
+// diagnostic is placed there) as uninitialized in the float block reduction: a false positive,
+// silenced for this file before the header is read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kvq/quant/formats_simd.h"
 #include "kvq/quant/int8_query.h"
 
 #pragma GCC push_options
@@ -28,28 +33,45 @@ namespace {
 constexpr int kMaxQueries = 4;  // query heads kept in registers per pass over the rows
 constexpr int kBlock = 16;      // rows reduced together
 
-// Lane r of the result: the sum of v[r]'s 16 lanes, for 16 vectors at once.
-inline __m512i reduce_block(const __m512i* v) {
-  __m512i t[8], u[4], z[2];
+inline __m512 as_ps(__m512 v) { return v; }
+inline __m512 as_ps(__m512i v) { return _mm512_castsi512_ps(v); }
+// v as the vector type of the second argument (a tag: only its type matters).
+inline __m512 like(__m512 v, __m512) { return v; }
+inline __m512i like(__m512 v, __m512i) { return _mm512_castps_si512(v); }
+template <typename V>
+V from_ps(__m512 v) {
+  return like(v, V());
+}
+inline __m512i add(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+
+// Lane r of the result: the sum of v[r]'s 16 lanes, for 16 vectors at once, int32 or float.
+// The pairings of one _mm512_reduce_add_ps per vector (lane i + i+8, then i + i+4, i + i+2,
+// i + i+1), two vectors combined per register (formats_avx512.cc's reduce_block).
+template <typename V>
+V reduce_block(const V* v) {
+  V t[8], u[4], z[2];
   for (int p = 0; p < 8; ++p) {  // 256-bit half b of t[p]: halves of v[2p] and v[2p + 1] added
-    t[p] = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2 * p], v[2 * p + 1], 0x44),
-                            _mm512_shuffle_i32x4(v[2 * p], v[2 * p + 1], 0xEE));
+    const __m512 a = as_ps(v[2 * p]), b = as_ps(v[2 * p + 1]);
+    t[p] = add(from_ps<V>(_mm512_shuffle_f32x4(a, b, 0x44)),
+               from_ps<V>(_mm512_shuffle_f32x4(a, b, 0xEE)));
   }
   for (int q = 0; q < 4; ++q) {  // 128-bit block L of u[q]: 4 partial sums of v[4q + L]
-    u[q] = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2 * q], t[2 * q + 1], 0x88),
-                            _mm512_shuffle_i32x4(t[2 * q], t[2 * q + 1], 0xDD));
+    const __m512 a = as_ps(t[2 * q]), b = as_ps(t[2 * q + 1]);
+    u[q] = add(from_ps<V>(_mm512_shuffle_f32x4(a, b, 0x88)),
+               from_ps<V>(_mm512_shuffle_f32x4(a, b, 0xDD)));
   }
   for (int r = 0; r < 2; ++r) {  // block L of z[r]: 2 sums of v[8r + L], 2 of v[8r + 4 + L]
-    const __m512 a = _mm512_castsi512_ps(u[2 * r]), b = _mm512_castsi512_ps(u[2 * r + 1]);
-    z[r] = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x44)),
-                            _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xEE)));
+    const __m512 a = as_ps(u[2 * r]), b = as_ps(u[2 * r + 1]);
+    z[r] =
+        add(from_ps<V>(_mm512_shuffle_ps(a, b, 0x44)), from_ps<V>(_mm512_shuffle_ps(a, b, 0xEE)));
   }
-  const __m512 a = _mm512_castsi512_ps(z[0]), b = _mm512_castsi512_ps(z[1]);
+  const __m512 a = as_ps(z[0]), b = as_ps(z[1]);
   // Lane 4L + m of w: the sum of v[L + 4m].
-  const __m512i w = _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
-                                     _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
+  const V w =
+      add(from_ps<V>(_mm512_shuffle_ps(a, b, 0x88)), from_ps<V>(_mm512_shuffle_ps(a, b, 0xDD)));
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_epi32(order, w);
+  return from_ps<V>(_mm512_permutexvar_ps(order, as_ps(w)));
 }
 
 // Σ_c q_k[c] · (code[c] + bias) over one row, as 16 lanes per query k (bias 128 for int8, 8 for
@@ -144,7 +166,7 @@ void run(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::
     for (int k = 0; k < NQ; ++k) {
       // The twin's (float(dot) - zq) * f, 16 rows at once (no fma: the same two roundings).
       const __m512 dot = _mm512_cvtepi32_ps(
-          _mm512_sub_epi32(reduce_block(partial[k]), _mm512_set1_epi32(bias[k])));
+          _mm512_sub_epi32(reduce_block<__m512i>(partial[k]), _mm512_set1_epi32(bias[k])));
       _mm512_storeu_ps(
           scores + (i0 + k) * ld + j,
           _mm512_mul_ps(_mm512_sub_ps(dot, _mm512_set1_ps(zq[k])), _mm512_set1_ps(f[k])));
@@ -160,9 +182,83 @@ void run(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::
   }
 }
 
+// NVFP4 rows of kChunks × 64 values (int8_query.h): per chunk, the nibbles in the int4 order
+// mapped by vpshufb to w + 12 = 2 · e2m1 + 12 in [0, 24], one vpdpbusd per query head, the
+// lanes' 12 · Σ query codes taken off, then scaled by their block scale into float lanes.
+template <int NQ, int kChunks>
+void run_nvfp4(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const std::byte* rows,
+               std::int64_t nt, float* scores, std::int64_t ld) {
+  const std::int64_t n = q.n, row_bytes = n / 2 + n / 16;
+  const RowSums<NQ, kChunks, true> codes(q.codes.data() + i0 * n, n);  // permuted query codes
+  __m512i bias[NQ][kChunks];
+  for (int k = 0; k < NQ; ++k) {
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1),
+                                               codes.q[k][c]);  // Σ of each lane's 4 codes
+      bias[k][c] = _mm512_mullo_epi32(sums, _mm512_set1_epi32(12));
+    }
+  }
+  float factor[NQ];
+  for (int k = 0; k < NQ; ++k)
+    factor[k] = q.scale[static_cast<std::size_t>(i0 + k)] * (0.5f / codec.global_scale);
+  const __m512i lut = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  // Lane l's block within a chunk: lanes 0-7 hold even elements 8l.., 8-15 odd ones.
+  const __m512i block_of_lane = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3);
+  const auto row_lanes = [&](const std::byte* row, __m512* acc) {
+    __builtin_prefetch(row + 2048, 0, 0);
+    for (int k = 0; k < NQ; ++k) acc[k] = _mm512_setzero_ps();
+    const std::byte* block_scales = row + n / 2;
+    for (int c = 0; c < kChunks; ++c) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * c));
+      const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, low)),
+                                             _mm256_and_si256(_mm256_srli_epi16(x, 4), low), 1);
+      const __m512i w = _mm512_shuffle_epi8(lut, nib);
+      const std::byte* s4 = block_scales + 4 * c;
+      const __m128 b4 = _mm_setr_ps(detail::kE4M3Table[static_cast<std::uint8_t>(s4[0])],
+                                    detail::kE4M3Table[static_cast<std::uint8_t>(s4[1])],
+                                    detail::kE4M3Table[static_cast<std::uint8_t>(s4[2])],
+                                    detail::kE4M3Table[static_cast<std::uint8_t>(s4[3])]);
+      const __m512 bs = _mm512_permutexvar_ps(block_of_lane, _mm512_castps128_ps512(b4));
+      for (int k = 0; k < NQ; ++k) {
+        const __m512i lanes = _mm512_sub_epi32(
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, codes.q[k][c]), bias[k][c]);
+        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), bs, acc[k]);
+      }
+    }
+  };
+  std::int64_t j = 0;
+  for (; j + kBlock <= nt; j += kBlock) {
+    __m512 partial[NQ][kBlock];
+    for (int b = 0; b < kBlock; ++b) {
+      __m512 acc[NQ];
+      row_lanes(rows + (j + b) * row_bytes, acc);
+      for (int k = 0; k < NQ; ++k) partial[k][b] = acc[k];
+    }
+    for (int k = 0; k < NQ; ++k) {
+      _mm512_storeu_ps(scores + (i0 + k) * ld + j,
+                       _mm512_mul_ps(reduce_block(partial[k]), _mm512_set1_ps(factor[k])));
+    }
+  }
+  for (; j < nt; ++j) {
+    __m512 acc[NQ];
+    row_lanes(rows + j * row_bytes, acc);
+    for (int k = 0; k < NQ; ++k)
+      scores[(i0 + k) * ld + j] = _mm512_reduce_add_ps(acc[k]) * factor[k];
+  }
+}
+
 template <int NQ>
 void run_any_length(const RowCodec& codec, const Int8Query& q, std::int64_t i0,
                     const std::byte* rows, std::int64_t nt, float* scores, std::int64_t ld) {
+  if (codec.format == KvFormat::kNVFP4) {  // n is 64 or 128 (int8_query_dot_is_fast)
+    if (q.n == 64)
+      run_nvfp4<NQ, 1>(codec, q, i0, rows, nt, scores, ld);
+    else
+      run_nvfp4<NQ, 2>(codec, q, i0, rows, nt, scores, ld);
+    return;
+  }
   const bool int4 = codec.format == KvFormat::kINT4;
   if (q.n == 64)
     int4 ? run<NQ, 1, true>(codec, q, i0, rows, nt, scores, ld)

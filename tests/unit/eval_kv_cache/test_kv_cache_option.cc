@@ -75,8 +75,8 @@ std::unique_ptr<model::LlamaModel> tiny() {
   return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
 }
 
-// `+q8`: int8 and int4 caches opt in to approximate int8-query decode scores; the flag reaches the
-// spec, the label and the K views (not V) of the cache; other formats refuse it.
+// `+q8`: int8, int4 and nvfp4 caches opt in to approximate int8-query decode scores; the flag
+// reaches the spec, the label and the K views (not V) of the cache; other formats refuse it.
 TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
   for (std::string_view t : {"int8+q8", "INT8:head+Q8", "int8:tensor+q8", "int4:head+q8"}) {
     const KvCacheOption o = parse_kv_cache_option(t);
@@ -87,7 +87,7 @@ TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
   EXPECT_FALSE(parse_kv_cache_option("int8:head").int8_query);
   const std::string e = error_of("fp8:head+q8");
   EXPECT_NE(e.find("--kv-cache 'fp8:head+q8': +q8 (decode scores with an int8 query) applies to "
-                   "int8 and int4 caches only"),
+                   "int8, int4 and nvfp4 caches only"),
             std::string::npos)
       << e;
   EXPECT_THROW(parse_kv_cache_option("bf16+q8"), NotSupported);
@@ -107,6 +107,19 @@ TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
   model::KvCacheSpec bf16{KvFormat::kBF16, {}};
   bf16.int8_query_scores = true;
   EXPECT_THROW(m->make_cache(1, 4, bf16), InvalidArgument);
+  // nvfp4 takes +q8 with whole 64-value chunks only; the tiny model's heads are smaller.
+  EXPECT_TRUE(parse_kv_cache_option("nvfp4:head+q8").int8_query);
+  ASSERT_NE(m->config().head_dim % 64, 0);
+  model::KvCacheSpec nvfp4{KvFormat::kNVFP4, {}};
+  nvfp4.int8_query_scores = true;
+  try {
+    m->make_cache(1, 4, nvfp4);
+    ADD_FAILURE() << "nvfp4+q8 accepted with head_dim " << m->config().head_dim;
+  } catch (const InvalidArgument& err) {
+    EXPECT_NE(std::string(err.what()).find("or nvfp4 with head_dim a multiple of 64"),
+              std::string::npos)
+        << err.what();
+  }
 }
 
 TEST(KvCacheOption, PlainModelGetsUnscaledOrDynamicCaches) {

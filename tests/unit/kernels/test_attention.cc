@@ -175,8 +175,8 @@ TEST(Attention, DecodeMatchesReferenceForEverySplit) {
   }
 }
 
-// Opt-in int8-query scores (KvRowsView::int8_query_scores on int8 / int4 K): decode must use
-// exactly quant's int8-query scores — checked against a double-precision softmax over
+// Opt-in int8-query scores (KvRowsView::int8_query_scores on int8 / int4 / nvfp4 K): decode must
+// use exactly quant's int8-query scores — checked against a double-precision softmax over
 // ref::dot_rows_int8_query's scores and the decoded V rows — for every split, and must differ
 // from the exact path (the option is really on).
 TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
@@ -185,9 +185,10 @@ TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
                                {9, 3, 64, 1, 1000},
                                {8, 2, 128, 1, 300},
                                {4, 1, 48, 1, 40}};
-  for (KvFormat format : {KvFormat::kINT8, KvFormat::kINT4}) {
+  for (KvFormat format : {KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
     for (const Case& c : decode_cases) {
       const std::int64_t total = c.past + 1, d = c.head_dim, group = c.heads / c.kv_heads;
+      if (!quant::int8_query_rows_supported(format, d)) continue;  // nvfp4: head_dim % 64 == 0
       FakeCache k(format, c.kv_heads, total, d, 17 + total);
       FakeCache v(format, c.kv_heads, total, d, 18 + total);
       for (KvRowsView& view : k.views) view.int8_query_scores = true;

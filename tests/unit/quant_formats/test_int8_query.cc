@@ -1,5 +1,5 @@
 // quant::quantize_query_int8 / dot_rows_int8_query (kvq/quant/int8_query.h): the approximate
-// int8-query scores over int8 and int4 K rows.
+// int8-query scores over int8, int4 and nvfp4 K rows.
 //  - the fast path (AVX-512 VNNI where the CPU has it) equals the scalar twin bit for bit
 //    (integer sums), for head sizes with and without a masked tail, query counts across the
 //    kernel's register blocks, and zero points;
@@ -37,21 +37,32 @@ struct IntRows {
 
 IntRows make_rows(std::mt19937& rng, KvFormat format, std::int64_t n, float zero_point) {
   const float scale = format == KvFormat::kINT8 ? 0.0211f : 0.377f;
-  IntRows r{{format, n, scale, zero_point, 1.0f}, {}, {}};
+  const float gs = format == KvFormat::kNVFP4 ? 1234.567f : 1.0f;
+  IntRows r{{format, n, scale, zero_point, gs}, {}, {}};
   const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(format, n));
   r.bytes.resize(static_cast<std::size_t>(kRows * row_bytes));
   r.decoded.resize(static_cast<std::size_t>(kRows * n));
   const auto x = normal(rng, kRows * n, 1.0f);
   for (std::int64_t j = 0; j < kRows; ++j) {
-    quantize_row(format, x.data() + j * n, n, scale, zero_point, 1.0f,
+    quantize_row(format, x.data() + j * n, n, scale, zero_point, gs,
                  r.bytes.data() + j * row_bytes);
-    dequantize_row(format, r.bytes.data() + j * row_bytes, n, scale, zero_point, 1.0f,
+    dequantize_row(format, r.bytes.data() + j * row_bytes, n, scale, zero_point, gs,
                    r.decoded.data() + j * n);
   }
   return r;
 }
 
-constexpr KvFormat kIntFormats[] = {KvFormat::kINT8, KvFormat::kINT4};
+constexpr KvFormat kFormats[] = {KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4};
+
+// Row lengths and zero points each format takes (nvfp4: multiples of 64, no zero point).
+std::vector<std::int64_t> lengths(KvFormat f) {
+  if (f == KvFormat::kNVFP4) return {64, 128, 192};
+  return {7, 16, 64, 100, 128, 200};
+}
+std::vector<float> zero_points(KvFormat f, float nonzero) {
+  if (f == KvFormat::kNVFP4) return {0.0f};
+  return {0.0f, nonzero};
+}
 
 TEST(Int8Query, QuantizesEachRowByItsAbsmax) {
   std::mt19937 rng(3);
@@ -83,9 +94,9 @@ TEST(Int8Query, QuantizesEachRowByItsAbsmax) {
 
 TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
   std::mt19937 rng(5);
-  for (KvFormat format : kIntFormats) {
-    for (std::int64_t n : {7, 16, 64, 100, 128, 200}) {
-      for (float zp : {0.0f, -3.0f}) {
+  for (KvFormat format : kFormats) {
+    for (std::int64_t n : lengths(format)) {
+      for (float zp : zero_points(format, -3.0f)) {
         const IntRows r = make_rows(rng, format, n, zp);
         for (std::int64_t nq : {1, 2, 3, 4, 5, 9}) {
           SCOPED_TRACE(testing::Message()
@@ -109,8 +120,8 @@ TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
 TEST(Int8Query, WithinTheQueryRoundingOfTheExactScores) {
   std::mt19937 rng(9);
   const std::int64_t n = 64, nq = 3;
-  for (KvFormat format : kIntFormats) {
-    for (float zp : {0.0f, 2.0f}) {
+  for (KvFormat format : kFormats) {
+    for (float zp : zero_points(format, 2.0f)) {
       SCOPED_TRACE(testing::Message() << kv_format_name(format) << " zp=" << zp);
       const IntRows r = make_rows(rng, format, n, zp);
       const auto q = normal(rng, nq * n, 1.0f);
@@ -146,7 +157,12 @@ TEST(Int8QueryDeathTest, RejectsOtherFormatsAndSizes) {
   std::vector<float> s(1);
   // Internal invariants (KVQ_CHECK): misuse is a programming error and aborts with the reason.
   EXPECT_DEATH(dot_rows_int8_query({KvFormat::kBF16, 64}, qq, rows.data(), 1, s.data(), 1),
-               "need int8 or int4 rows, not bf16");
+               "need int8 or int4 rows, or nvfp4 rows of a multiple of 64 values, not bf16 x 64");
+  EXPECT_DEATH(dot_rows_int8_query({KvFormat::kNVFP4, 48}, qq, rows.data(), 1, s.data(), 1),
+               "not nvfp4 x 48");
+  EXPECT_TRUE(int8_query_rows_supported(KvFormat::kNVFP4, 128));
+  EXPECT_FALSE(int8_query_rows_supported(KvFormat::kNVFP4, 48));
+  EXPECT_FALSE(int8_query_rows_supported(KvFormat::kFP8E4M3, 64));
   EXPECT_DEATH(dot_rows_int8_query({KvFormat::kINT8, 32}, qq, rows.data(), 1, s.data(), 1),
                "of 64 values against rows of 32");
 }
