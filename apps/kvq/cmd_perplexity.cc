@@ -48,8 +48,11 @@ void run_perplexity(const PerplexityArgs& a) {
   eval::apply_kv_cache_choice(kv, src.lifecycle.get());
   opt.kv_cache = kv.spec;
   const std::int64_t kv_bytes = eval::kv_bytes_per_token(*src.model, kv);
-  const std::string note = eval::dynamic_scales_note(
-      kv, opt.batch > 1 ? "each batch of windows" : "each window's tokens");
+  const std::string first_write =
+      opt.decode_from > 0 ? fmt::format("each window's first {} tokens", opt.decode_from)
+      : opt.batch > 1     ? std::string("each batch of windows")
+                          : std::string("each window's tokens");
+  const std::string note = eval::dynamic_scales_note(kv, first_write);
   if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   if (opt.ctx > src.model->config().max_position_embeddings) {
     log::warn("--ctx {} exceeds the model's max_position_embeddings {}", opt.ctx,

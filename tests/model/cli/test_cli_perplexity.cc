@@ -67,6 +67,48 @@ TEST(CliPerplexity, BadArgumentsFailWithAMessage) {
       {"perplexity", "--model", default_model_dir().string(), "--text", "/nonexistent/file.txt"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("/nonexistent/file.txt"), std::string::npos) << r.err;
+  r = run_kvq({"perplexity", "--model", default_model_dir().string(), "--text", text.string(),
+               "--decode-from", "-1"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--decode-from must be >= 0, got -1"), std::string::npos) << r.err;
+  r = run_kvq({"perplexity", "--model", default_model_dir().string(), "--text", text.string(),
+               "--decode-from", "8", "--batch", "2"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--decode-from runs one window at a time; drop --batch 2"),
+            std::string::npos)
+      << r.err;
+}
+
+// --decode-from on the default model: a short window whose last tokens run through the decode
+// path scores like the whole-window prefill (fp32 cache), and the note names where dynamic
+// scales come from.
+TEST(CliPerplexity, DecodeFromScoresLikeThePrefill) {
+  KVQ_REQUIRE_DEFAULT_MODEL();
+  const auto text = shared_data_dir() / "wikitext-2-raw" / "wiki.test.raw";
+  const std::vector<std::string> base = {
+      "perplexity", "--model",       default_model_dir().string(),
+      "--text",     text.string(),   "--ctx",
+      "48",         "--max-windows", "1",
+      "--json"};
+  const CliResult prefill = run_kvq(base);
+  ASSERT_EQ(prefill.exit_code, 0) << prefill.err;
+  auto args = base;
+  args.insert(args.end(), {"--decode-from", "40"});
+  const CliResult decode = run_kvq(args);
+  ASSERT_EQ(decode.exit_code, 0) << decode.err;
+  const auto a = nlohmann::json::parse(prefill.out), b = nlohmann::json::parse(decode.out);
+  EXPECT_EQ(b["decode_from"].get<int>(), 40);
+  EXPECT_EQ(a["tokens_scored"], b["tokens_scored"]);
+  // Same model, other summation order in the decode kernels: fp32 rounding only.
+  EXPECT_NEAR(a["nll_sum"].get<double>(), b["nll_sum"].get<double>(),
+              1e-5 * a["nll_sum"].get<double>());
+  args.insert(args.end(), {"--kv-cache", "int8:head+q8"});
+  const CliResult q8 = run_kvq(args);
+  ASSERT_EQ(q8.exit_code, 0) << q8.err;
+  EXPECT_NE(q8.err.find("fixed from the absmax of each window's first 40 tokens"),
+            std::string::npos)
+      << q8.err;
+  EXPECT_EQ(nlohmann::json::parse(q8.out)["kv_cache"], "int8:head+q8");
 }
 
 }  // namespace
