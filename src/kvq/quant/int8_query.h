@@ -1,12 +1,13 @@
-// Decode scores of INT8 / INT4 K rows against a query quantized to int8 on the fly (opt-in,
-// approximate).
+// Decode scores of INT8 / INT4 / NVFP4 K rows against a query quantized to int8 on the fly
+// (opt-in, approximate: `--kv-cache int8:head+q8`).
 //
 // The exact decode path (formats.h: dot_rows) dequantizes every K code to fp32 and runs 16-wide
 // float FMAs, so it reproduces a fake-quantized cache bit for bit. This path instead quantizes
 // each query row symmetrically to int8 (one absmax scale per row, round half to even) and sums
 // the integer products exactly on integer dot-product instructions (AVX-512 VNNI: one vpdpbusd
-// is 64 multiply-adds). It is NOT exact: the query's rounding adds an error of about
-// max|q| / 254 per element to every score (measured against the exact path in bench_formats).
+// is 64 multiply-adds). It is NOT exact: the query's rounding moves each element by at most
+// max|q| / 254, so a score by at most Σ_c (s_i / 2) |x_c| (the bound the tests check); its cost
+// in perplexity is measured in docs/benchmarks.md.
 //   quantize_query_int8: codes[i, c] = clamp(round(q[i, c] / s_i), -127, 127),
 //                        s_i = max_c |q[i, c]| / 127 (1 for an all-zero row), sum_i = Σ_c codes
 //   dot_rows_int8_query: scores[i * ld + j] =
