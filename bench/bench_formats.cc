@@ -125,7 +125,7 @@ void BM_ScoresInt8(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(rows.bytes.size()));
   state.SetLabel(kInt8Query ? (kvq::quant::int8_query_dot_is_fast(codec) ? "int8 query, vnni"
-                                                                    : "int8 query, scalar")
+                                                                         : "int8 query, scalar")
                             : "exact float");
 }
 
