@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kvq/core/error.h"
 #include "kvq/core/float8.h"
@@ -18,7 +19,19 @@ void quantize_query_int8(const float* q, std::int64_t nq, std::int64_t n, Int8Qu
   for (std::int64_t i = 0; i < nq; ++i) {
     const float* qi = q + i * n;
     float amax = 0.0f;
-    for (std::int64_t c = 0; c < n; ++c) amax = std::max(amax, std::fabs(qi[c]));
+    bool finite = true;
+    for (std::int64_t c = 0; c < n; ++c) {
+      amax = std::max(amax, std::fabs(qi[c]));
+      finite = finite && std::isfinite(qi[c]);
+    }
+    if (!finite) {
+      // A NaN / Inf query (a diverged model) has no int8 form; a NaN scale makes every score
+      // NaN, as the exact path's would be, instead of casting NaN to int8 (undefined).
+      std::fill_n(out->codes.begin() + i * n, n, std::int8_t{0});
+      out->scale[static_cast<std::size_t>(i)] = std::numeric_limits<float>::quiet_NaN();
+      out->sum[static_cast<std::size_t>(i)] = 0;
+      continue;
+    }
     const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
     std::int32_t sum = 0;
     for (std::int64_t c = 0; c < n; ++c) {

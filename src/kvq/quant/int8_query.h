@@ -9,7 +9,8 @@
 // max|q| / 254, so a score by at most Σ_c (s_i / 2) |x_c| (the bound the tests check); its cost
 // in perplexity is measured in docs/benchmarks.md.
 //   quantize_query_int8: codes[i, c] = clamp(round(q[i, c] / s_i), -127, 127),
-//                        s_i = max_c |q[i, c]| / 127 (1 for an all-zero row), sum_i = Σ_c codes
+//                        s_i = max_c |q[i, c]| / 127 (1 for an all-zero row), sum_i = Σ_c codes;
+//                        a row with a NaN or Inf gets codes 0 and s_i = NaN (its scores are NaN)
 //   dot_rows_int8_query: scores[i * ld + j] =
 //       (float(Σ_c codes[i, c] * code_j[c]) - zero_point * float(sum_i)) * (s_i * codec.scale)
 // where code_j is row j's signed codes (int4: nibble - 8). The integer sums are exact in any

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -90,6 +91,31 @@ TEST(Int8Query, QuantizesEachRowByItsAbsmax) {
   EXPECT_EQ(out.scale[2], 1.0f);  // an all-zero row: codes 0, no division by zero
   EXPECT_EQ(out.sum[2], 0);
   for (std::int64_t c = 0; c < n; ++c) EXPECT_EQ(out.codes[static_cast<std::size_t>(2 * n + c)], 0);
+}
+
+// A non-finite query row cannot be quantized: its scores come out NaN (as the exact path's), the
+// other rows are unaffected, and nothing casts NaN to an integer (UBSan would flag it).
+TEST(Int8Query, NonFiniteQueryRowsGiveNanScores) {
+  std::mt19937 rng(4);
+  for (KvFormat format : kFormats) {
+    const IntRows r = make_rows(rng, format, 64, 0.0f);
+    auto q = normal(rng, 3 * 64, 1.0f);
+    q[5] = std::numeric_limits<float>::quiet_NaN();
+    q[64 + 7] = std::numeric_limits<float>::infinity();
+    Int8Query qq;
+    quantize_query_int8(q.data(), 3, 64, &qq);
+    EXPECT_TRUE(std::isnan(qq.scale[0]));
+    EXPECT_TRUE(std::isnan(qq.scale[1]));
+    EXPECT_FALSE(std::isnan(qq.scale[2]));
+    std::vector<float> s(static_cast<std::size_t>(3 * kLd));
+    dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
+    for (std::int64_t j = 0; j < kRows; ++j) {
+      EXPECT_TRUE(std::isnan(s[static_cast<std::size_t>(j)])) << kv_format_name(format) << j;
+      EXPECT_TRUE(std::isnan(s[static_cast<std::size_t>(kLd + j)])) << kv_format_name(format) << j;
+      EXPECT_TRUE(std::isfinite(s[static_cast<std::size_t>(2 * kLd + j)]))
+          << kv_format_name(format) << j;
+    }
+  }
 }
 
 TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
