@@ -480,6 +480,8 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
         impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
       KldOptions ko = kld_options(o);
       if (!calibrated) ko.quant_kv = def.kv_format;
+      // Finished windows are journaled, so an interruption loses at most the window in flight.
+      ko.resume_file = cache_file("kld-windows", def, ppl_key(def), ".jsonl");
       const KldResult k = kld_against_cache(m, impl_->tokens, *impl_->base_logits, ko);
       r.has_ppl = r.has_kld = true;
       r.window_scored = k.window_scored;
@@ -493,7 +495,11 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
       r.top1 = k.top1_agreement, r.top1_se = k.top1_se;
       // The KLD test needs the per-window sums, which rows do not keep: run it now.
       if (!is_base) compare_to_baseline(r, baseline(), window_sums(k.kld, k.window_scored));
-      if (!part.empty()) write_json(part, to_json(r));
+      if (!part.empty()) {
+        write_json(part, to_json(r));
+        std::error_code ignored;  // the part holds it all now; the journal only took space
+        fs::remove(ko.resume_file, ignored);
+      }
     }
   }
   if (o.gsm8k_limit > 0) {

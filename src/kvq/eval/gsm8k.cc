@@ -13,6 +13,7 @@
 #include "kvq/core/progress.h"
 #include "kvq/eval/logits_cache.h"
 #include "kvq/eval/py_random.h"
+#include "kvq/io/jsonl_journal.h"
 #include "kvq/model/llama_model.h"
 #include "kvq/model/sampler.h"
 #include "kvq/tokenizer/tokenizer.h"
@@ -244,38 +245,34 @@ std::vector<Gsm8kGeneration> gsm8k_generate(model::LlamaModel& model,
 
 namespace {
 
-// The resume file: one JSON object per finished question, appended (and flushed) as each
-// finishes, so an interrupted run loses at most the questions in flight. A record counts only
-// when its prompt hash matches (another few-shot draw or template is a different question).
-std::string record_line(std::int64_t index, std::uint64_t prompt_hash, const Gsm8kGeneration& g) {
+// The resume file (io/jsonl_journal.h): one record per finished question, so an interrupted run
+// loses at most the questions in flight. A record counts only when its prompt hash matches
+// (another few-shot draw or template is a different question).
+nlohmann::json record_json(std::int64_t index, std::uint64_t prompt_hash,
+                           const Gsm8kGeneration& g) {
   nlohmann::json j;
   j["index"] = index;
   j["prompt_fnv1a64"] = prompt_hash;
   j["prompt_tokens"] = g.prompt_tokens;
   j["generated_tokens"] = g.generated_tokens;
   j["generation"] = g.text;
-  return j.dump() + "\n";
+  return j;
 }
 
 std::map<std::int64_t, std::pair<std::uint64_t, Gsm8kGeneration>> read_records(
     const std::filesystem::path& path) {
   std::map<std::int64_t, std::pair<std::uint64_t, Gsm8kGeneration>> out;
-  std::ifstream in(path, std::ios::binary);
-  std::string line;
-  std::int64_t bad = 0;
-  while (in && std::getline(in, line)) {
+  for (const nlohmann::json& j : io::read_jsonl_journal(path)) {
     try {
-      const nlohmann::json j = nlohmann::json::parse(line);
       out[j.at("index").get<std::int64_t>()] = {
           j.at("prompt_fnv1a64").get<std::uint64_t>(),
           Gsm8kGeneration{j.at("generation").get<std::string>(),
                           j.at("prompt_tokens").get<std::int64_t>(),
                           j.at("generated_tokens").get<std::int64_t>()}};
     } catch (const nlohmann::json::exception&) {
-      ++bad;  // a line cut short by an interruption: that question runs again
+      log::warn("{}: skipped a record without the GSM8K fields", path.string());
     }
   }
-  if (bad > 0) log::warn("{}: skipped {} unreadable record(s)", path.string(), bad);
   return out;
 }
 
@@ -321,30 +318,14 @@ Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
               prompts.size(), options.resume_file.string());
   }
 
-  std::ofstream resume;
-  if (!options.resume_file.empty() && !todo.empty()) {
-    if (const auto dir = options.resume_file.parent_path(); !dir.empty())
-      std::filesystem::create_directories(dir);
-    // A line cut short by an interruption is ended first, so it does not swallow the next one.
-    bool ends_line = true;
-    if (std::ifstream tail(options.resume_file, std::ios::binary | std::ios::ate);
-        tail && tail.tellg() > 0) {
-      tail.seekg(-1, std::ios::end);
-      ends_line = tail.get() == '\n';
-    }
-    resume.open(options.resume_file, std::ios::binary | std::ios::app);
-    if (!resume) fail<IoError>("{}: cannot open for appending", options.resume_file.string());
-    if (!ends_line) resume << '\n';
-  }
+  std::optional<io::JsonlJournal> resume;
+  if (!options.resume_file.empty() && !todo.empty()) resume.emplace(options.resume_file);
   ProgressBar bar("gsm8k", n, "q", !options.progress);
   bar.advance(n - static_cast<std::int64_t>(todo.size()));
   std::int64_t answered = 0, correct = 0;
   GreedyGenerator(model, tokenizer, options).run(todo, [&](std::size_t t, Gsm8kGeneration g) {
     const std::size_t i = todo_index[t];
-    if (resume.is_open()) {
-      resume << record_line(static_cast<std::int64_t>(i), hashes[i], g);
-      resume.flush();
-    }
+    if (resume) resume->append(record_json(static_cast<std::int64_t>(i), hashes[i], g));
     correct += score_gsm8k(g.text, test[i].answer).flexible_correct ? 1 : 0;
     ++answered;
     answers[i] = std::move(g);

@@ -4,12 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <optional>
 
 #include "kvq/core/error.h"
+#include "kvq/core/log.h"
 #include "kvq/core/progress.h"
 #include "kvq/eval/perplexity.h"
 #include "kvq/eval/stats.h"
+#include "kvq/io/jsonl_journal.h"
 #include "kvq/model/llama_model.h"
 
 namespace kvq::eval {
@@ -26,31 +30,45 @@ struct RowStats {
   std::int32_t argmax = 0;  // lowest id among the maxima
 };
 
-RowStats row_stats(std::span<const float> logits) {
+// Also leaves exp(logit - max) of every logit in `exps` ([vocab]), for tail_log_mass: the
+// exponentials are most of the per-token cost, and computing them once keeps both sums exact.
+RowStats row_stats(std::span<const float> logits, std::vector<double>& exps) {
   RowStats s;
   double m = kNegInf;
   for (std::size_t i = 0; i < logits.size(); ++i) {
     if (logits[i] > m) m = logits[i], s.argmax = static_cast<std::int32_t>(i);
   }
+  exps.resize(logits.size());
   double sum = 0.0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    exps[i] = std::exp(static_cast<double>(logits[i]) - m);
+    sum += exps[i];
+  }
   s.max = m;
   s.lse = m + std::log(sum);
   return s;
 }
 
+// Per-thread scratch for row_stats' exponentials ([vocab] float64).
+std::vector<double>& exp_scratch() {
+  thread_local std::vector<double> exps;
+  return exps;
+}
+
+RowStats row_stats(std::span<const float> logits) { return row_stats(logits, exp_scratch()); }
+
 // log of the probability mass outside `in_set` (sorted ids), summed in vocab order so identical
-// logits give identical results.
-double tail_log_mass(std::span<const float> logits, const RowStats& s,
+// logits give identical results. exps: row_stats' exponentials of the same row.
+double tail_log_mass(std::span<const double> exps, const RowStats& s,
                      std::span<const std::int32_t> sorted_ids) {
   double sum = 0.0;
   std::size_t next = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
+  for (std::size_t i = 0; i < exps.size(); ++i) {
     if (next < sorted_ids.size() && static_cast<std::size_t>(sorted_ids[next]) == i) {
       ++next;
       continue;
     }
-    sum += std::exp(static_cast<double>(logits[i]) - s.max);
+    sum += exps[i];
   }
   return sum > 0.0 ? s.max + std::log(sum) - s.lse : kNegInf;
 }
@@ -151,7 +169,8 @@ void topk_summary(std::span<const float> logits, std::int32_t target, std::int64
   KVQ_CHECK(k >= 1 && static_cast<std::size_t>(k) <= logits.size() &&
                 ids.size() == static_cast<std::size_t>(k) && logp.size() == ids.size(),
             "topk_summary k {}", k);
-  const RowStats s = row_stats(logits);
+  std::vector<double>& exps = exp_scratch();
+  const RowStats s = row_stats(logits, exps);
   std::vector<std::int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k, order.end(),
@@ -168,14 +187,15 @@ void topk_summary(std::span<const float> logits, std::int32_t target, std::int64
   }
   std::vector<std::int32_t> sorted(order.begin(), order.begin() + k);
   std::sort(sorted.begin(), sorted.end());
-  log_rest = static_cast<float>(tail_log_mass(logits, s, sorted));
+  log_rest = static_cast<float>(tail_log_mass(exps, s, sorted));
   nll = static_cast<float>(s.lse - logits[static_cast<std::size_t>(target)]);
 }
 
 TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
                       std::int32_t target) {
   check_vocab(quant_logits, target);
-  const RowStats q = row_stats(quant_logits);
+  std::vector<double>& exps = exp_scratch();
+  const RowStats q = row_stats(quant_logits, exps);
   TokenKl t;
   double head = 0.0;
   for (std::size_t j = 0; j < base.ids.size(); ++j) {
@@ -190,7 +210,7 @@ TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
   const double rest = std::exp(static_cast<double>(base.log_rest));
   double tail_lower = 0.0, tail_upper = 0.0;
   if (rest > 0.0) {
-    const auto lq_rest = static_cast<float>(tail_log_mass(quant_logits, q, sorted));
+    const auto lq_rest = static_cast<float>(tail_log_mass(exps, q, sorted));
     tail_lower = rest * (static_cast<double>(base.log_rest) - static_cast<double>(lq_rest));
     // Upper bound: chunks of p_cap on the tail tokens with the smallest Q.
     const double log_cap = static_cast<double>(base.logp.back());
@@ -355,6 +375,66 @@ LogitsCache build_logits_cache(model::LlamaModel& base, std::span<const std::int
   return out;
 }
 
+namespace {
+
+// The resume journal's record of one finished window (KldOptions::resume_file).
+nlohmann::json window_record(std::int64_t window, std::span<const TokenKl> rows) {
+  nlohmann::json j;
+  j["window"] = window;
+  auto& kl = j["kld"] = nlohmann::json::array();
+  auto& upper = j["kld_upper"] = nlohmann::json::array();
+  auto& base = j["base_nll"] = nlohmann::json::array();
+  auto& quant = j["quant_nll"] = nlohmann::json::array();
+  auto& top1 = j["top1"] = nlohmann::json::array();
+  for (const TokenKl& t : rows) {
+    kl.push_back(t.kl);
+    upper.push_back(t.kl_upper);
+    base.push_back(t.base_nll);
+    quant.push_back(t.quant_nll);
+    top1.push_back(t.top1_match ? 1 : 0);
+  }
+  return j;
+}
+
+// Windows finished in the journal at `path`: {window: its rows}. A record whose window or length
+// does not fit these windows, or with a non-finite value (JSON null), is skipped: it runs again.
+std::map<std::int64_t, std::vector<TokenKl>> read_window_records(
+    const std::filesystem::path& path, const std::vector<PerplexityWindow>& windows) {
+  std::map<std::int64_t, std::vector<TokenKl>> out;
+  std::int64_t skipped = 0;
+  for (const nlohmann::json& j : io::read_jsonl_journal(path)) {
+    try {
+      const auto wi = j.at("window").get<std::int64_t>();
+      if (wi < 0 || wi >= static_cast<std::int64_t>(windows.size())) {
+        ++skipped;
+        continue;
+      }
+      const auto n = static_cast<std::size_t>(windows[static_cast<std::size_t>(wi)].scored());
+      const auto kl = j.at("kld").get<std::vector<double>>();
+      const auto upper = j.at("kld_upper").get<std::vector<double>>();
+      const auto base = j.at("base_nll").get<std::vector<double>>();
+      const auto quant = j.at("quant_nll").get<std::vector<double>>();
+      const auto top1 = j.at("top1").get<std::vector<int>>();
+      if (kl.size() != n || upper.size() != n || base.size() != n || quant.size() != n ||
+          top1.size() != n) {
+        ++skipped;
+        continue;
+      }
+      std::vector<TokenKl> rows(n);
+      for (std::size_t i = 0; i < n; ++i)
+        rows[i] = TokenKl{kl[i], upper[i], base[i], quant[i], top1[i] != 0};
+      out[wi] = std::move(rows);
+    } catch (const nlohmann::json::exception&) {  // a missing field, or null for a NaN
+      ++skipped;
+    }
+  }
+  if (skipped > 0)
+    log::warn("{}: skipped {} record(s) that do not fit these windows", path.string(), skipped);
+  return out;
+}
+
+}  // namespace
+
 KldResult kld_against_cache(model::LlamaModel& quant, std::span<const std::int32_t> tokens,
                             const LogitsCache& cache, const KldOptions& options) {
   check_options(options);
@@ -367,6 +447,15 @@ KldResult kld_against_cache(model::LlamaModel& quant, std::span<const std::int32
         "top_k or vocab; rebuild it");
   }
   const auto windows = windows_for(tokens, options);
+  std::map<std::int64_t, std::vector<TokenKl>> done;
+  std::optional<io::JsonlJournal> journal;
+  if (!options.resume_file.empty()) {
+    done = read_window_records(options.resume_file, windows);
+    if (!done.empty())
+      log::info("kld: {} of {} windows reused from {}", done.size(), windows.size(),
+                options.resume_file.string());
+    if (done.size() < windows.size()) journal.emplace(options.resume_file);
+  }
   KldResult r;
   r.exact = false;
   std::int64_t total = 0;
@@ -375,23 +464,32 @@ KldResult kld_against_cache(model::LlamaModel& quant, std::span<const std::int32
   const auto t0 = std::chrono::steady_clock::now();
   const auto chunk = static_cast<std::size_t>(options.logits_chunk);
   std::vector<float> logits(chunk * static_cast<std::size_t>(vocab));  // [chunk, vocab]
-  std::vector<TokenKl> rows_out(chunk);
+  std::vector<TokenKl> rows_out;                                       // [window's scored]
   std::int64_t record = 0;
-  for (const auto& w : windows) {
-    const Tensor h = window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
-    for_each_chunk(
-        quant, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
+  for (std::size_t wi = 0; wi < windows.size(); ++wi) {
+    const auto& w = windows[wi];
+    if (auto it = done.find(static_cast<std::int64_t>(wi)); it != done.end()) {
+      rows_out = std::move(it->second);
+    } else {
+      rows_out.resize(static_cast<std::size_t>(w.scored()));
+      const Tensor h =
+          window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
+      for_each_chunk(
+          quant, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
 #pragma omp parallel for schedule(dynamic, 8) if (rows * vocab >= kParallelMin)
-          for (std::int64_t i = 0; i < rows; ++i) {
-            const auto u = static_cast<std::size_t>(i);
-            const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
-            rows_out[u] = token_kl_topk(
-                cache.token(record + r0 + i),
-                std::span<const float>(logits.data() + u * vocab, static_cast<std::size_t>(vocab)),
-                target);
-          }
-          for (std::int64_t i = 0; i < rows; ++i) push(r, rows_out[static_cast<std::size_t>(i)]);
-        });
+            for (std::int64_t i = 0; i < rows; ++i) {
+              const auto u = static_cast<std::size_t>(i);
+              const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
+              rows_out[static_cast<std::size_t>(r0 + i)] =
+                  token_kl_topk(cache.token(record + r0 + i),
+                                std::span<const float>(logits.data() + u * vocab,
+                                                       static_cast<std::size_t>(vocab)),
+                                target);
+            }
+          });
+      if (journal) journal->append(window_record(static_cast<std::int64_t>(wi), rows_out));
+    }
+    for (const TokenKl& t : rows_out) push(r, t);
     record += w.scored();
     r.window_scored.push_back(w.scored());
     bar.advance(w.end - w.begin);

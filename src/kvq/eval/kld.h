@@ -58,6 +58,11 @@ struct KldOptions {
   // Called on every fresh KV cache (e.g. to set scales of a quantized cache).
   std::function<void(model::KvCache&)> prepare_base_cache, prepare_quant_cache;
   bool progress = true;
+  // kld_against_cache only: a journal (io/jsonl_journal.h) of the windows finished, one record
+  // each with its per-token results (float64, exact round trip). Windows found there are not
+  // evaluated again, so an interrupted run resumes. The caller names the file after everything
+  // the results depend on (model, scheme, windows, cache). Empty: none.
+  std::filesystem::path resume_file;
 };
 
 struct KldResult {

@@ -44,6 +44,15 @@ TEST(CompareModel, TwoSchemesTinyBudget) {
   EXPECT_GT(fp8["decode"]["tokens_per_second"].get<double>(), 0.0);
   EXPECT_TRUE(fs::exists(out / "kld_vs_bits.png"));
   EXPECT_GT(fs::file_size(out / "kld_vs_bits.png"), 1000u);
+  // The scheme's PPL / KLD part is cached whole; its per-window journal went with its completion.
+  int parts = 0, journals = 0;
+  for (const auto& e : fs::directory_iterator(out / "cache")) {
+    const std::string name = e.path().filename().string();
+    parts += name.rfind("ppl-KV-FP8-Head-", 0) == 0 ? 1 : 0;
+    journals += name.rfind("kld-windows-", 0) == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(parts, 1);
+  EXPECT_EQ(journals, 0);
 }
 
 // --weights bf16 evaluates the bf16-weight model with caches of its own: run after an fp32 run

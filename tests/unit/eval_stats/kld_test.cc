@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "kvq/core/error.h"
 #include "kvq/core/threading.h"
@@ -245,6 +247,55 @@ TEST_F(TinyKld, LowPrecisionCacheGivesSmallPositiveKlWithinBounds) {
   ASSERT_EQ(cached.kld.size(), static_cast<std::size_t>(cached.tokens));
   const PairedBootstrapResult d = paired_bootstrap(exact.base_nll, exact.quant_nll);
   EXPECT_NEAR(d.delta, std::log(exact.ppl_quant) - std::log(exact.ppl_base), 1e-9);
+}
+
+TEST_F(TinyKld, ResumesFromTheWindowJournalBitForBit) {
+  KldOptions o = options_;
+  o.quant_kv = model::KvStorage::kF16;  // non-zero KL, so the journal carries real values
+  const LogitsCache cache = build_logits_cache(*model_, tokens_, o, 7);
+  const KldResult fresh = kld_against_cache(*model_, tokens_, cache, o);
+
+  test::TempDir dir;
+  o.resume_file = dir / "kld-windows.jsonl";
+  int windows_run = 0;
+  o.prepare_quant_cache = [&](model::KvCache&) { ++windows_run; };
+  const KldResult journaled = kld_against_cache(*model_, tokens_, cache, o);
+  EXPECT_EQ(windows_run, 4);
+  EXPECT_EQ(journaled.kld, fresh.kld);
+  EXPECT_EQ(journaled.kld_upper, fresh.kld_upper);
+
+  // Keep windows 0 and 2, plant a record of the wrong length for window 1 and cut the last line
+  // short, as an interruption would: only windows 1 and 3 run again, and every per-token value
+  // comes out bit for bit as in the fresh run.
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(o.resume_file);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 4u);
+  {
+    std::ofstream out(o.resume_file, std::ios::binary | std::ios::trunc);
+    out << lines[0] << "\n" << lines[2] << "\n";
+    out << R"({"window":1,"kld":[0],"kld_upper":[0],"base_nll":[0],"quant_nll":[0],"top1":[1]})"
+        << "\n";
+    out << lines[3].substr(0, lines[3].size() / 2);
+  }
+  windows_run = 0;
+  const KldResult resumed = kld_against_cache(*model_, tokens_, cache, o);
+  EXPECT_EQ(windows_run, 2);
+  EXPECT_EQ(resumed.kld, fresh.kld);
+  EXPECT_EQ(resumed.kld_upper, fresh.kld_upper);
+  EXPECT_EQ(resumed.base_nll, fresh.base_nll);
+  EXPECT_EQ(resumed.quant_nll, fresh.quant_nll);
+  EXPECT_EQ(resumed.top1_match, fresh.top1_match);
+  EXPECT_EQ(resumed.window_scored, fresh.window_scored);
+  EXPECT_EQ(resumed.mean_kld, fresh.mean_kld);
+
+  // Everything is journaled now: a third run computes nothing.
+  windows_run = 0;
+  const KldResult again = kld_against_cache(*model_, tokens_, cache, o);
+  EXPECT_EQ(windows_run, 0);
+  EXPECT_EQ(again.kld, fresh.kld);
 }
 
 }  // namespace
