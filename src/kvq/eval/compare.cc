@@ -189,14 +189,8 @@ void compare_to_baseline(SchemeReport& row, const SchemeReport& base,
   // Windows are the resampled units: with one window there is no variability to resample, so
   // no p-value (NaN: no marker) rather than a spurious 1 / (1 + B).
   const bool testable = row.window_scored.size() >= 2;
-  if (row.has_ppl && base.has_ppl && row.window_nll_sum.size() == base.window_nll_sum.size() &&
-      !row.window_nll_sum.empty()) {
-    std::vector<double> w(row.window_scored.begin(), row.window_scored.end());
-    const auto pb = paired_bootstrap(base.window_nll_sum, row.window_nll_sum, w, bo);
-    row.dppl = row.ppl - base.ppl;
-    row.dppl_lo = base.ppl * std::expm1(pb.ci.lo);
-    row.dppl_hi = base.ppl * std::expm1(pb.ci.hi);
-    row.dppl_p = testable ? pb.p_value : NAN;
+  if (const auto d = ppl_delta(base, row)) {
+    row.dppl = d->delta, row.dppl_lo = d->lo, row.dppl_hi = d->hi, row.dppl_p = d->p;
   }
   if (row.has_kld && !kld_window_sums.empty()) {
     const std::vector<double> zeros(kld_window_sums.size(), 0.0);

@@ -1,5 +1,6 @@
 #include "kvq/eval/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "kvq/core/error.h"
+#include "kvq/eval/stats.h"
 
 namespace kvq::eval {
 
@@ -17,6 +19,41 @@ std::string significance_marker(double p_value) {
 std::string format_number(double v, int digits, bool sign) {
   if (std::isnan(v)) return "n/a";
   return sign ? fmt::format("{:+.{}f}", v, digits) : fmt::format("{:.{}f}", v, digits);
+}
+
+std::optional<PplDelta> ppl_delta(const SchemeReport& from, const SchemeReport& to) {
+  if (!from.has_ppl || !to.has_ppl || to.window_nll_sum.empty() ||
+      to.window_nll_sum.size() != from.window_nll_sum.size() ||
+      to.window_scored != from.window_scored)
+    return std::nullopt;
+  const std::vector<double> w(to.window_scored.begin(), to.window_scored.end());
+  const auto pb = paired_bootstrap(from.window_nll_sum, to.window_nll_sum, w, BootstrapOptions{});
+  PplDelta d;
+  d.delta = to.ppl - from.ppl;
+  d.lo = from.ppl * std::expm1(pb.ci.lo);
+  d.hi = from.ppl * std::expm1(pb.ci.hi);
+  // Windows are the resampled units: with one window there is no variability to resample, so
+  // no p-value (NaN: no marker) rather than a spurious 1 / (1 + B).
+  d.p = to.window_scored.size() >= 2 ? pb.p_value : NAN;
+  return d;
+}
+
+std::vector<RankStep> rank_by_ppl(const std::vector<SchemeReport>& rows) {
+  std::vector<const SchemeReport*> ranked;
+  for (const auto& r : rows)
+    if (r.has_ppl) ranked.push_back(&r);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const SchemeReport* a, const SchemeReport* b) { return a->ppl < b->ppl; });
+  std::vector<RankStep> out;
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    RankStep s{ranked[i]->scheme, ranked[i]->ppl, "", std::nullopt};
+    if (i > 0) {
+      s.above = ranked[i - 1]->scheme;
+      s.step = ppl_delta(*ranked[i - 1], *ranked[i]);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 namespace {
@@ -79,6 +116,23 @@ std::string compare_markdown(const std::vector<SchemeReport>& rows, const Compar
       any_cached ? " KLD against the top-K cached baseline distribution (a lower bound; "
                    "results.json has the upper bound)."
                  : "");
+  const auto ranking = rank_by_ppl(rows);
+  if (ranking.size() >= 2) {
+    out +=
+        "\nRanked by PPL; each step is the PPL difference to the scheme ranked just above, "
+        "with its 95% CI (paired bootstrap over windows; `*`: significant at 5%, so the order of "
+        "that pair is real):\n\n";
+    out += "| rank | scheme | PPL | step from the one above [95% CI] |\n|---|---|---|---|\n";
+    for (std::size_t i = 0; i < ranking.size(); ++i) {
+      const auto& s = ranking[i];
+      std::string step = "–";
+      if (s.step)
+        step = fmt::format("{} [{}, {}]{} vs {}", format_number(s.step->delta, 3, true),
+                           format_number(s.step->lo, 3, true), format_number(s.step->hi, 3, true),
+                           significance_marker(s.step->p), s.above);
+      out += fmt::format("| {} | {} | {} | {} |\n", i + 1, s.scheme, format_number(s.ppl, 3), step);
+    }
+  }
   return out;
 }
 
@@ -192,6 +246,16 @@ nlohmann::json compare_json(const std::vector<SchemeReport>& rows, const Compare
   j["significance_level"] = kSignificanceLevel;
   j["schemes"] = nlohmann::json::array();
   for (const auto& r : rows) j["schemes"].push_back(to_json(r));
+  j["ranking_by_ppl"] = nlohmann::json::array();
+  for (const auto& s : rank_by_ppl(rows)) {
+    nlohmann::json e = {{"scheme", s.scheme}, {"ppl", s.ppl}};
+    if (s.step)
+      e["step"] = {{"above", s.above},
+                   {"delta_ppl", s.step->delta},
+                   {"delta_ppl_ci", {s.step->lo, s.step->hi}},
+                   {"p", s.step->p}};
+    j["ranking_by_ppl"].push_back(e);
+  }
   return j;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,12 +62,32 @@ std::string significance_marker(double p_value);
 // Fixed-point with `digits` decimals, "+" sign when `sign`; "n/a" for NaN.
 std::string format_number(double v, int digits, bool sign = false);
 
+// PPL(to) - PPL(from) over the same windows: paired bootstrap over windows of the mean NLL
+// difference (window NLL sums, weighted by their scored tokens); the CI is that of the NLL delta
+// mapped through ppl_from · (exp(d) - 1). p is NaN with one window (nothing to resample).
+struct PplDelta {
+  double delta = 0, lo = 0, hi = 0, p = 1;
+};
+// nullopt when either row lacks PPL or their windows differ.
+std::optional<PplDelta> ppl_delta(const SchemeReport& from, const SchemeReport& to);
+
+// The rows with PPL ranked by it, lowest first; each step is tested against the scheme ranked
+// just above it, so the report says which steps of the ranking are real and which are noise.
+struct RankStep {
+  std::string scheme;
+  double ppl = 0;
+  std::string above;             // "" for the first
+  std::optional<PplDelta> step;  // PPL(scheme) - PPL(above); nullopt for the first
+};
+std::vector<RankStep> rank_by_ppl(const std::vector<SchemeReport>& rows);
+
 struct CompareMeta {
   std::string model;
   std::int64_t ctx = 0, max_windows = 0, calib_samples = 0, gsm8k_limit = 0;
 };
 
-// The Markdown table (a header line, the table, a footnote on the markers).
+// The Markdown report: a header line, the table, a footnote on the markers, and (with two or
+// more schemes with PPL) the ranking by PPL with its steps tested.
 std::string compare_markdown(const std::vector<SchemeReport>& rows, const CompareMeta& meta);
 
 nlohmann::json to_json(const SchemeReport& row);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "kvq/core/error.h"
 #include "kvq/eval/compare.h"
@@ -54,6 +55,67 @@ TEST(Report, MarkdownTableMarksSignificantDeltas) {
   // Baseline: no delta, no marker.
   EXPECT_NE(md.find("| baseline | – | 10.000 [9.000, 11.000] | – | 0.01230 |"), std::string::npos)
       << md;
+}
+
+// A row over 40 windows of 100 scored tokens whose window NLL sums are `sums`.
+SchemeReport ranked_row(const std::string& name, const std::vector<double>& sums) {
+  SchemeReport r = row(name, 0, 1);
+  r.window_nll_sum = sums;
+  r.window_scored.assign(sums.size(), 100);
+  double total = 0;
+  for (double x : sums) total += x;
+  r.ppl = std::exp(total / (100.0 * static_cast<double>(sums.size())));
+  return r;
+}
+
+TEST(Report, RanksByPplAndTestsEachStep) {
+  std::vector<double> base(40), clear(40), noise(40), other(39);
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    base[i] = 300.0 + 10.0 * static_cast<double>(i % 7);  // windows differ a lot
+    clear[i] = base[i] + 5.0;                             // every window worse by 0.05 nats/token
+    noise[i] = clear[i] + (i % 2 == 0 ? 3.0 : -2.9);      // +0.0005 nats on average: noise
+  }
+  for (std::size_t i = 0; i < other.size(); ++i) other[i] = base[i] + 1.0;
+  auto no_ppl = row("no-ppl", 0, 1);
+  no_ppl.has_ppl = false;
+  // Given out of order: ranked by PPL, the row without PPL left out.
+  const std::vector<SchemeReport> rows = {ranked_row("noise", noise), no_ppl,
+                                          ranked_row("baseline", base), ranked_row("clear", clear)};
+  const auto ranking = rank_by_ppl(rows);
+  ASSERT_EQ(ranking.size(), 3u);
+  EXPECT_EQ(ranking[0].scheme, "baseline");
+  EXPECT_FALSE(ranking[0].step.has_value());
+  EXPECT_EQ(ranking[1].scheme, "clear");
+  EXPECT_EQ(ranking[1].above, "baseline");
+  ASSERT_TRUE(ranking[1].step.has_value());
+  EXPECT_LT(ranking[1].step->p, 0.05);
+  EXPECT_GT(ranking[1].step->lo, 0.0);
+  EXPECT_NEAR(ranking[1].step->delta, ranking[1].ppl - ranking[0].ppl, 1e-12);
+  EXPECT_EQ(ranking[2].scheme, "noise");
+  EXPECT_EQ(ranking[2].above, "clear");
+  ASSERT_TRUE(ranking[2].step.has_value());
+  EXPECT_GT(ranking[2].step->p, 0.05);
+  EXPECT_LT(ranking[2].step->lo, 0.0);
+  EXPECT_GT(ranking[2].step->hi, 0.0);
+
+  const std::string md = compare_markdown(rows, {"m", 512, 40, 32, 0});
+  EXPECT_NE(md.find("| 1 | baseline | "), std::string::npos) << md;
+  const auto clear_line = md.substr(md.find("| 2 | clear | "));
+  EXPECT_NE(clear_line.find("]* vs baseline |"), std::string::npos) << md;
+  const auto noise_line = md.substr(md.find("| 3 | noise | "));
+  EXPECT_NE(noise_line.find("] vs clear |"), std::string::npos) << md;
+  const auto j = compare_json(rows, {"m", 512, 40, 32, 0});
+  ASSERT_EQ(j["ranking_by_ppl"].size(), 3u);
+  EXPECT_EQ(j["ranking_by_ppl"][1]["step"]["above"], "baseline");
+  EXPECT_FALSE(j["ranking_by_ppl"][0].contains("step"));
+
+  // Rows over other windows cannot be paired: no step test.
+  const auto mixed = rank_by_ppl({ranked_row("baseline", base), ranked_row("other", other)});
+  ASSERT_EQ(mixed.size(), 2u);
+  EXPECT_FALSE(mixed[1].step.has_value());
+  // One scheme: no ranking section.
+  EXPECT_EQ(compare_markdown({ranked_row("baseline", base)}, {"m", 512, 40, 32, 0}).find("Ranked"),
+            std::string::npos);
 }
 
 TEST(Report, JsonRoundTrip) {
