@@ -339,8 +339,8 @@ const SchemeReport& Evaluator::baseline() {
       fs::create_directories(o.cache_dir);
       lp = o.cache_dir / ("baseline-logits-" + ppl_key(def) + ".bin");
     }
-    log::info("baseline: top-{} distributions over {} windows of {}", o.top_k, o.max_windows,
-              o.ctx);
+    log::info("baseline: top-{} distributions over {} windows of {}", o.top_k,
+              o.max_windows == 0 ? std::string("all") : std::to_string(o.max_windows), o.ctx);
     impl_->base_logits =
         build_logits_cache(*impl_->src.model, impl_->tokens, kld_options(o), model_hash_, lp);
   }
