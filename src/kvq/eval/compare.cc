@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -532,6 +534,43 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   return r;
 }
 
+namespace {
+
+// One panel of the quality-vs-bits plot; `value` is the row's y, absent rows are skipped.
+ScatterPanel bits_panel(const std::vector<SchemeReport>& rows, std::string title,
+                        std::string y_label,
+                        const std::function<std::optional<double>(const SchemeReport&)>& value) {
+  ScatterPanel panel{
+      std::move(title), "KV BITS PER VALUE (LOG2 AXIS)", std::move(y_label), {}, true};
+  double lo = INFINITY, hi = -INFINITY;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::optional<double> y = value(rows[i]);
+    if (!y) continue;
+    panel.points.push_back({rows[i].kv_bits_per_value, *y, rows[i].scheme});
+    if (i > 0) lo = std::min(lo, *y), hi = std::max(hi, *y);
+  }
+  if (lo > 0 && hi >= 10 * lo) {
+    panel.log10_y = true;
+    panel.y_label += " (LOG AXIS, BASELINE = 0)";
+    if (value(rows.front())) panel.points.erase(panel.points.begin());
+  }
+  return panel;
+}
+
+}  // namespace
+
+std::vector<ScatterPanel> quality_vs_bits_panels(const std::vector<SchemeReport>& rows) {
+  if (rows.empty()) return {};
+  return {bits_panel(rows, "KLD VS KV BITS", "MEAN KLD (NATS)",
+                     [](const SchemeReport& r) -> std::optional<double> {
+                       return r.has_kld ? std::optional(r.kld) : std::nullopt;
+                     }),
+          bits_panel(rows, "DPPL VS KV BITS", "PPL - BASELINE PPL",
+                     [](const SchemeReport& r) -> std::optional<double> {
+                       return r.has_ppl ? std::optional(r.dppl) : std::nullopt;
+                     })};
+}
+
 CompareResult run_compare(const CompareOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   CompareOptions o = options;
@@ -573,15 +612,8 @@ CompareResult run_compare(const CompareOptions& options) {
   write_json(res.results_json, j);
   io::write_file_atomic(o.out_dir / "results.md", compare_markdown(res.rows, res.meta));
 
-  ScatterPanel kld{"KLD VS KV BITS", "KV BITS PER VALUE (LOG2 AXIS)", "MEAN KLD (NATS)", {}, true};
-  ScatterPanel dppl{
-      "DPPL VS KV BITS", "KV BITS PER VALUE (LOG2 AXIS)", "PPL - BASELINE PPL", {}, true};
-  for (const auto& r : res.rows) {
-    if (r.has_kld) kld.points.push_back({r.kv_bits_per_value, r.kld, r.scheme});
-    if (r.has_ppl) dppl.points.push_back({r.kv_bits_per_value, r.dppl, r.scheme});
-  }
   res.plot_png = o.out_dir / "kld_vs_bits.png";
-  write_scatter_png({kld, dppl}, res.plot_png);
+  write_scatter_png(quality_vs_bits_panels(res.rows), res.plot_png);
   res.seconds = seconds_since(t0);
   return res;
 }

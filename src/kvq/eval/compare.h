@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kvq/core/dtype.h"
+#include "kvq/eval/plot_png.h"
 #include "kvq/eval/report.h"
 #include "kvq/quant/formats.h"
 
@@ -123,6 +124,13 @@ struct CompareResult {
 // Runs every scheme (resuming finished rows), writes OUT/results.json, OUT/results.md and
 // OUT/kld_vs_bits.png.
 CompareResult run_compare(const CompareOptions& options);
+
+// The two panels of OUT/kld_vs_bits.png: mean KLD and ΔPPL against KV bits per value (log2 x
+// axis). A panel's y axis is log10 when the quantized schemes' values are all positive and span
+// at least a factor of 10 (8-bit and 4-bit schemes together, where a linear axis would stack the
+// 8-bit points at zero); the baseline (rows.front(), 0 by definition) is then left out and the
+// axis label says so.
+std::vector<ScatterPanel> quality_vs_bits_panels(const std::vector<SchemeReport>& rows);
 
 // Fills the baseline-relative fields of `row` (ΔPPL, KLD p, GSM8K delta / McNemar).
 void compare_to_baseline(SchemeReport& row, const SchemeReport& baseline,

@@ -141,6 +141,27 @@ double tick_step(double lo, double hi, int n) {
   return 10.0 * p;
 }
 
+// Tick positions at multiples of a nice step (at least `min_step`) inside [lo, hi].
+std::vector<double> linear_ticks(double lo, double hi, int n, double min_step = 0.0) {
+  const double step = std::max(min_step, tick_step(lo, hi, n));
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) ticks.push_back(t);
+  return ticks;
+}
+
+// Ticks of a log10 axis over [lo, hi] (in decades): 1, 2 and 5 times each power of ten when
+// the range is under three decades (else a decade alone would leave too few ticks), else every
+// power of ten.
+std::vector<double> log10_ticks(double lo, double hi) {
+  std::vector<double> ticks;
+  const std::vector<double> mantissas =
+      hi - lo < 3 ? std::vector<double>{1, 2, 5} : std::vector<double>{1};
+  for (double k = std::floor(lo); k <= std::ceil(hi); ++k)
+    for (double m : mantissas)
+      if (const double t = k + std::log10(m); t >= lo && t <= hi) ticks.push_back(t);
+  return ticks;
+}
+
 std::string tick_label(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", std::abs(v) < 1e-12 ? 0.0 : v);
@@ -156,11 +177,12 @@ void draw_panel(Canvas& cv, int ox, const ScatterPanel& p) {
   cv.text(ox + 4, kTop - 12, p.y_label, kText);
   cv.text(x0 + (x1 - x0 - text_width(p.x_label)) / 2, kPanelH - 14, p.x_label, kText);
 
-  // Points in axis coordinates (log2 of x on a log2 axis).
+  // Points in axis coordinates (log2 of x on a log2 axis, log10 of y on a log10 axis).
   std::vector<ScatterPoint> pts;
   for (const auto& pt : p.points) {
     const double x = p.log2_x ? (pt.x > 0 ? std::log2(pt.x) : NAN) : pt.x;
-    if (std::isfinite(x) && std::isfinite(pt.y)) pts.push_back({x, pt.y, pt.label});
+    const double y = p.log10_y ? (pt.y > 0 ? std::log10(pt.y) : NAN) : pt.y;
+    if (std::isfinite(x) && std::isfinite(y)) pts.push_back({x, y, pt.label});
   }
   double xl = INFINITY, xh = -INFINITY, yl = INFINITY, yh = -INFINITY;
   for (const auto& pt : pts) {
@@ -178,20 +200,18 @@ void draw_panel(Canvas& cv, int ox, const ScatterPanel& p) {
   };
 
   // Grid and ticks.
-  const double xs = p.log2_x ? std::max(1.0, tick_step(xl, xh, 6)) : tick_step(xl, xh, 6);
-  const double ys = tick_step(yl, yh, 5);
-  for (double t = std::ceil(xl / xs) * xs; t <= xh + 1e-9 * xs; t += xs) {
+  for (double t : linear_ticks(xl, xh, 6, p.log2_x ? 1.0 : 0.0)) {
     const int x = px(t);
     cv.vline(x, y0, y1, kGrey);
     cv.vline(x, y1, y1 + 3, kBlack);
     const std::string s = tick_label(p.log2_x ? std::exp2(t) : t);
     cv.text(x - text_width(s) / 2, y1 + 6, s, kText);
   }
-  for (double t = std::ceil(yl / ys) * ys; t <= yh + 1e-9 * ys; t += ys) {
+  for (double t : p.log10_y ? log10_ticks(yl, yh) : linear_ticks(yl, yh, 5)) {
     const int y = py(t);
     cv.hline(x0, x1, y, kGrey);
     cv.hline(x0 - 3, x0, y, kBlack);
-    const std::string s = tick_label(t);
+    const std::string s = tick_label(p.log10_y ? std::pow(10.0, t) : t);
     cv.text(x0 - 5 - text_width(s), y - 3, s, kText);
   }
   cv.hline(x0, x1, y1, kBlack);

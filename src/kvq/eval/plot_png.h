@@ -21,6 +21,7 @@ struct ScatterPanel {
   std::string title, x_label, y_label;
   std::vector<ScatterPoint> points;  // non-finite coordinates are skipped
   bool log2_x = false;               // x axis in powers of two (x must be > 0), ticks at 2^k
+  bool log10_y = false;              // y axis in powers of ten (y must be > 0), ticks at 10^k
 };
 
 // An RGB image, row-major [height, width, 3].

@@ -228,5 +228,86 @@ TEST(Plot, PngHeaderAndSize) {
   EXPECT_EQ(text_width("AB"), 11);
 }
 
+// Vertical centres of the dots of a one-panel image, left to right (dots are the only pixels in
+// the dot colour; points are far enough apart in x that a gap of empty columns separates them).
+std::vector<double> dot_centres_y(const RgbImage& img) {
+  std::vector<double> centres;
+  double sum = 0;
+  int n = 0;
+  for (int x = 0; x <= img.width; ++x) {
+    int column = 0;
+    for (int y = 0; x < img.width && y < img.height; ++y) {
+      const std::uint8_t* px = &img.pixels[(static_cast<std::size_t>(y) * img.width + x) * 3];
+      if (px[0] == 200 && px[1] == 40 && px[2] == 40) sum += y, ++n, ++column;
+    }
+    if (column == 0 && n > 0) centres.push_back(sum / n), sum = 0, n = 0;
+  }
+  return centres;
+}
+
+TEST(Plot, Log10AxisSpacesDecadesEvenly) {
+  ScatterPanel p{"KLD", "BITS", "KLD", {{4, 0.001, ""}, {8, 0.01, ""}, {16, 0.1, ""}}, true};
+  p.log10_y = true;
+  std::vector<double> ys = dot_centres_y(render_scatter({p}));
+  ASSERT_EQ(ys.size(), 3u);
+  EXPECT_GT(ys[0], ys[1]);  // larger values are drawn higher (smaller row)
+  EXPECT_NEAR(ys[0] - ys[1], ys[1] - ys[2], 1.0);
+  // The same points on a linear axis are not evenly spaced: the flag is what spaces them.
+  p.log10_y = false;
+  ys = dot_centres_y(render_scatter({p}));
+  ASSERT_EQ(ys.size(), 3u);
+  EXPECT_GT(ys[1] - ys[2], 5 * (ys[0] - ys[1]));
+  // Non-positive values cannot sit on a log axis: skipped, not drawn at a made-up place.
+  p.log10_y = true;
+  p.points.push_back({32, 0.0, ""});
+  EXPECT_EQ(dot_centres_y(render_scatter({p})).size(), 3u);
+}
+
+SchemeReport plotted_row(std::string scheme, double bits, double kld, double dppl) {
+  SchemeReport r;
+  r.scheme = std::move(scheme);
+  r.kv_bits_per_value = bits;
+  r.has_kld = r.has_ppl = true;
+  r.kld = kld;
+  r.dppl = dppl;
+  return r;
+}
+
+TEST(Compare, PlotUsesALogAxisOnlyWhenTheSchemesSpanDecades) {
+  // 8-bit and 4-bit schemes together: both panels log, the baseline (0) left out.
+  std::vector<SchemeReport> rows = {plotted_row("baseline", 32, 0, 0),
+                                    plotted_row("KV-FP8-Head", 8, 0.006, 0.2),
+                                    plotted_row("KV-INT4-Head", 4, 0.65, 31.6)};
+  std::vector<ScatterPanel> panels = quality_vs_bits_panels(rows);
+  ASSERT_EQ(panels.size(), 2u);
+  for (const auto& panel : panels) {
+    EXPECT_TRUE(panel.log10_y) << panel.title;
+    EXPECT_TRUE(panel.log2_x);
+    EXPECT_NE(panel.y_label.find("LOG AXIS"), std::string::npos);
+    ASSERT_EQ(panel.points.size(), 2u);
+    EXPECT_EQ(panel.points[0].label, "KV-FP8-Head");
+  }
+  // A scheme better than the baseline by noise (ΔPPL < 0) keeps that panel linear, with every
+  // point; the KLD panel (all positive, two decades) stays log.
+  rows[1].dppl = -0.01;
+  panels = quality_vs_bits_panels(rows);
+  EXPECT_TRUE(panels[0].log10_y);
+  EXPECT_FALSE(panels[1].log10_y);
+  EXPECT_EQ(panels[1].points.size(), 3u);
+  EXPECT_EQ(panels[1].y_label, "PPL - BASELINE PPL");
+  // 8-bit schemes only (within a factor of 10): linear, baseline drawn at 0.
+  rows[1].dppl = 0.2;
+  rows[2] = plotted_row("KV-FP8-Tensor", 8, 0.009, 0.3);
+  panels = quality_vs_bits_panels(rows);
+  for (const auto& panel : panels) {
+    EXPECT_FALSE(panel.log10_y) << panel.title;
+    EXPECT_EQ(panel.points.size(), 3u);
+  }
+  // A row without KLD is not plotted in that panel.
+  rows[2].has_kld = false;
+  EXPECT_EQ(quality_vs_bits_panels(rows)[0].points.size(), 2u);
+  EXPECT_TRUE(quality_vs_bits_panels({}).empty());
+}
+
 }  // namespace
 }  // namespace kvq::eval
