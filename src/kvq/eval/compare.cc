@@ -542,7 +542,7 @@ ScatterPanel bits_panel(const std::vector<SchemeReport>& rows, std::string title
                         const std::function<std::optional<double>(const SchemeReport&)>& value) {
   ScatterPanel panel{
       std::move(title), "KV BITS PER VALUE (LOG2 AXIS)", std::move(y_label), {}, true};
-  double lo = INFINITY, hi = -INFINITY;
+  double lo = INFINITY, hi = -INFINITY;  // over the quantized schemes (rows after the first)
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::optional<double> y = value(rows[i]);
     if (!y) continue;
@@ -552,7 +552,8 @@ ScatterPanel bits_panel(const std::vector<SchemeReport>& rows, std::string title
   if (lo > 0 && hi >= 10 * lo) {
     panel.log10_y = true;
     panel.y_label += " (LOG AXIS, BASELINE = 0)";
-    if (value(rows.front())) panel.points.erase(panel.points.begin());
+    // The baseline's 0 has no place on a log axis (render_scatter would skip it anyway).
+    std::erase_if(panel.points, [&](const ScatterPoint& p) { return p.y <= 0; });
   }
   return panel;
 }
