@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kvq needs (only those missing), then configures and builds.
 # Idempotent: a second run only rebuilds what changed.
-#   scripts/setup.sh            release build in build/
-#   scripts/setup.sh asan       ASan+UBSan debug build in build-asan/
+#   scripts/setup.sh                    release build in build/ (everything: CLI, tests, benches)
+#   scripts/setup.sh asan               ASan+UBSan debug build in build-asan/
+#   scripts/setup.sh release kvq        only the named targets (scripts/demo.sh: just the CLI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
+shift || true
+targets=("$@")
 
 packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libopenblas-openmp-dev libcli11-dev libfmt-dev libpcre2-dev
@@ -26,4 +29,8 @@ fi
 
 jobs="$(nproc)"
 cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -j "$jobs"
+if [ "${#targets[@]}" -gt 0 ]; then
+  cmake --build --preset "$preset" -j "$jobs" --target "${targets[@]}"
+else
+  cmake --build --preset "$preset" -j "$jobs"
+fi

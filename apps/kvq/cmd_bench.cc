@@ -9,10 +9,10 @@
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
-#include "kvq/eval/kv_cache_option.h"
 #include "kvq/eval/throughput.h"
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/model/llama_model.h"
+#include "kvq/runtime/kv_cache_choice.h"
 
 namespace kvq::cli {
 namespace {
@@ -26,23 +26,23 @@ struct BenchArgs {
 };
 
 void run_bench_cmd(BenchArgs& a) {
-  std::vector<eval::KvCacheOption> kv_options;
-  for (const std::string& s : a.kv_caches) kv_options.push_back(eval::parse_kv_cache_option(s));
+  std::vector<runtime::KvCacheOption> kv_options;
+  for (const std::string& s : a.kv_caches) kv_options.push_back(runtime::parse_kv_cache_option(s));
   std::vector<DType> weight_dtypes;
   for (const std::string& s : a.weights) weight_dtypes.push_back(model::parse_weight_dtype(s));
   a.options.machine = !a.no_machine;
   // The tokenizer is not needed; a quantized checkpoint's quantization is. One model per weight
   // dtype, all loaded up front so run_bench measures them side by side.
   std::vector<lifecycle::QuantizedModel> loaded;
-  std::vector<eval::BenchModel> models;
+  std::vector<model::LlamaModel*> models;
   for (DType w : weight_dtypes) {
     loaded.push_back(lifecycle::QuantizedModel::load(a.model_dir, model::LoadOptions{w}));
-    models.push_back({loaded.back().model.get(), loaded.back().lifecycle.get()});
+    models.push_back(loaded.back().model.get());
   }
   a.options.kv_caches.clear();
-  for (const eval::KvCacheOption& o : kv_options) {
+  for (const runtime::KvCacheOption& o : kv_options) {
     a.options.kv_caches.push_back(
-        eval::resolve_kv_cache(o, loaded.front().lifecycle.get(), a.model_dir));
+        runtime::resolve_kv_cache(o, loaded.front().lifecycle.get(), a.model_dir));
   }
   log::info("benchmarking {} ({} repeats)", a.model_dir, a.options.repeats);
   const eval::BenchReport report = eval::run_bench(models, a.options, a.model_dir);
@@ -82,7 +82,7 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--decode-steps", a->options.decode_steps, "Decode steps timed per repeat")
       ->capture_default_str();
-  cmd->add_option("--kv-cache", a->kv_caches, eval::kv_cache_flag_help(true))
+  cmd->add_option("--kv-cache", a->kv_caches, runtime::kv_cache_flag_help(true))
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--weights", a->weights,

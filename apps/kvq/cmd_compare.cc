@@ -37,12 +37,16 @@ void register_compare(CLI::App& app) {
   auto a = std::make_shared<CompareArgs>();
   auto* cmd = app.add_subcommand(
       "compare", "Calibrate and evaluate KV / attention quantization schemes against the baseline");
-  std::string names;
-  for (const auto& s : eval::builtin_schemes()) names += (names.empty() ? "" : ",") + s.name;
+  std::string names, extra;
+  for (const auto& s : eval::builtin_schemes()) {
+    std::string& list = s.in_default ? names : extra;
+    list += (list.empty() ? "" : ",") + s.name;
+  }
   cmd->add_option("--model", a->model, "Hugging Face model directory")
       ->required()
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--schemes", a->schemes, "Comma-separated schemes (default: all): " + names);
+  cmd->add_option("--schemes", a->schemes,
+                  "Comma-separated schemes (default: " + names + "; also " + extra + ")");
   cmd->add_option("--calib-samples", a->eval.calib_samples, "GSM8K train samples to calibrate on")
       ->capture_default_str();
   cmd->add_option("--ctx", a->eval.ctx, "WikiText-2 window length")->capture_default_str();

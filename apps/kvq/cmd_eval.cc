@@ -10,8 +10,8 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/eval/compare.h"
-#include "kvq/eval/model_source.h"
 #include "kvq/model/llama_model.h"
+#include "kvq/runtime/model_source.h"
 
 namespace kvq::cli {
 namespace {
@@ -67,7 +67,7 @@ void run_eval(EvalArgs a) {
     def.from_checkpoint = true;
   } else {
     def.name = std::filesystem::path(a.recipe).stem().string();
-    def.recipe = eval::read_file_bytes(a.recipe);
+    def.recipe = runtime::read_file_bytes(a.recipe);
   }
   eval::Evaluator ev(o);
   const eval::SchemeReport base = ev.baseline();

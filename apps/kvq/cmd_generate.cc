@@ -12,10 +12,10 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
-#include "kvq/eval/kv_cache_option.h"
-#include "kvq/eval/model_source.h"
 #include "kvq/eval/utf8_stream.h"
 #include "kvq/model/sampler.h"
+#include "kvq/runtime/kv_cache_choice.h"
+#include "kvq/runtime/model_source.h"
 
 namespace kvq::cli {
 namespace {
@@ -60,14 +60,15 @@ model::SamplerConfig checked_sampler_config(const GenerateArgs& a) {
 
 void run_generate(const GenerateArgs& a) {
   model::Sampler sampler(checked_sampler_config(a));
-  const eval::KvCacheOption kv_option = eval::parse_kv_cache_option(a.kv_cache);
+  const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
   const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
-  eval::ModelSource src = eval::open_model_source(a.model_dir, /*with_quantization=*/true, load);
+  runtime::ModelSource src =
+      runtime::open_model_source(a.model_dir, /*with_quantization=*/true, load);
   const tok::Tokenizer& tokenizer = *src.tokenizer;
   model::LlamaModel& llm = *src.model;
-  const eval::KvCacheChoice kv =
-      eval::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
-  if (const std::string note = eval::dynamic_scales_note(kv, "the prompt"); !note.empty()) {
+  const model::KvCacheConfig kv =
+      runtime::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
+  if (const std::string note = runtime::dynamic_scales_note(kv, "the prompt"); !note.empty()) {
     std::fprintf(stderr, "%s\n", note.c_str());
   }
 
@@ -103,8 +104,7 @@ void run_generate(const GenerateArgs& a) {
   }
   const std::vector<std::int64_t> stop = a.chat ? src.chat_stop_ids() : src.eos_ids();
 
-  eval::apply_kv_cache_choice(kv, src.lifecycle.get());
-  model::KvCache cache = llm.make_cache(1, prompt_len + budget, kv.spec);
+  model::KvCache cache = llm.make_cache(1, prompt_len + budget, kv);
   const auto vocab = static_cast<std::size_t>(llm.config().vocab_size);
   const auto t_prefill = Clock::now();
   Tensor logits = llm.forward(ids, cache, model::LogitsMode::kLast);  // [1, vocab]
@@ -153,7 +153,7 @@ void run_generate(const GenerateArgs& a) {
     j["decode_seconds"] = decode_s;
     j["decode_tok_s"] = decode_tps;
     j["weights"] = a.weights;
-    j.update(kv.to_json());
+    j.update(runtime::kv_cache_json(kv));
     j["kv_bytes_per_token"] = kv_bytes;
     write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
@@ -197,7 +197,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--truncate", a->truncate,
                 "Keep the last tokens of a prompt that does not fit the context instead of "
                 "failing");
-  cmd->add_option("--kv-cache", a->kv_cache, eval::kv_cache_flag_help(false))
+  cmd->add_option("--kv-cache", a->kv_cache, runtime::kv_cache_flag_help(false))
       ->capture_default_str();
   cmd->add_option("--weights", a->weights,
                   "Weight dtype: f32, or bf16 (Linear weights and embeddings converted to bf16 at\n"

@@ -10,9 +10,9 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
-#include "kvq/eval/kv_cache_option.h"
-#include "kvq/eval/model_source.h"
 #include "kvq/eval/perplexity.h"
+#include "kvq/runtime/kv_cache_choice.h"
+#include "kvq/runtime/model_source.h"
 
 namespace kvq::cli {
 namespace {
@@ -30,7 +30,7 @@ void run_perplexity(const PerplexityArgs& a) {
   opt.max_windows = a.max_windows;
   opt.batch = a.batch;
   opt.decode_from = a.decode_from;
-  const eval::KvCacheOption kv_option = eval::parse_kv_cache_option(a.kv_cache);
+  const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
   const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
   eval::plan_windows(2, opt.ctx, opt.stride, opt.max_windows);  // flag checks before loading
   if (opt.batch < 1) fail<InvalidArgument>("--batch must be >= 1, got {}", opt.batch);
@@ -41,18 +41,18 @@ void run_perplexity(const PerplexityArgs& a) {
     fail<InvalidArgument>("--decode-from runs one window at a time; drop --batch {}", opt.batch);
   }
 
-  const std::string text = eval::read_file_bytes(a.text_file);
-  eval::ModelSource src = eval::open_model_source(a.model_dir, /*with_quantization=*/true, load);
-  const eval::KvCacheChoice kv =
-      eval::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
-  eval::apply_kv_cache_choice(kv, src.lifecycle.get());
-  opt.kv_cache = kv.spec;
-  const std::int64_t kv_bytes = eval::kv_bytes_per_token(*src.model, kv);
+  const std::string text = runtime::read_file_bytes(a.text_file);
+  runtime::ModelSource src =
+      runtime::open_model_source(a.model_dir, /*with_quantization=*/true, load);
+  const model::KvCacheConfig kv =
+      runtime::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
+  opt.kv_cache = kv;
+  const std::int64_t kv_bytes = runtime::kv_bytes_per_token(*src.model, kv);
   const std::string first_write =
       opt.decode_from > 0 ? fmt::format("each window's first {} tokens", opt.decode_from)
       : opt.batch > 1     ? std::string("each batch of windows")
                           : std::string("each window's tokens");
-  const std::string note = eval::dynamic_scales_note(kv, first_write);
+  const std::string note = runtime::dynamic_scales_note(kv, first_write);
   if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   if (opt.ctx > src.model->config().max_position_embeddings) {
     log::warn("--ctx {} exceeds the model's max_position_embeddings {}", opt.ctx,
@@ -74,7 +74,7 @@ void run_perplexity(const PerplexityArgs& a) {
     j["stride"] = opt.stride;
     j["decode_from"] = opt.decode_from;
     j["weights"] = a.weights;
-    j.update(kv.to_json());
+    j.update(runtime::kv_cache_json(kv));
     j["kv_bytes_per_token"] = kv_bytes;
     j["ppl"] = r.ppl;
     j["nll"] = r.nll_mean;
@@ -137,7 +137,7 @@ void register_perplexity(CLI::App& app) {
                   "one token at a time through the decode path (slow; measures decode-only\n"
                   "options such as --kv-cache int8:head+q8). 0 = the whole window in one prefill")
       ->capture_default_str();
-  cmd->add_option("--kv-cache", a->kv_cache, eval::kv_cache_flag_help(false))
+  cmd->add_option("--kv-cache", a->kv_cache, runtime::kv_cache_flag_help(false))
       ->capture_default_str();
   cmd->add_option("--weights", a->weights,
                   "Weight dtype: f32, or bf16 (Linear weights and embeddings converted to bf16 at\n"

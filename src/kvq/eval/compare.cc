@@ -13,10 +13,11 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/core/strings.h"
+#include "kvq/eval/builtin_recipes.h"
 #include "kvq/eval/gsm8k.h"
 #include "kvq/eval/kld.h"
 #include "kvq/eval/logits_cache.h"
-#include "kvq/eval/model_source.h"
 #include "kvq/eval/perplexity.h"
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/stats.h"
@@ -26,52 +27,14 @@
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/lifecycle/dataset.h"
 #include "kvq/quant/recipe.h"
+#include "kvq/runtime/kv_cache_choice.h"
+#include "kvq/runtime/model_source.h"
 
 namespace kvq::eval {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 namespace {
-
-std::string recipe(std::string_view body) {
-  return fmt::format("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n{}", body);
-}
-// A kv_cache_scheme-only recipe (k and v quantized).
-std::string kv_recipe(std::string_view args) {
-  return recipe(fmt::format("      kv_cache_scheme:\n{}", args));
-}
-// An attention config group (q, k and v quantized).
-std::string qkv_recipe(std::string_view args) {
-  std::string indented;
-  for (std::size_t b = 0; b < args.size();) {
-    const std::size_t e = args.find('\n', b);
-    indented += "    " + std::string(args.substr(b, e - b + 1));
-    b = e == std::string_view::npos ? args.size() : e + 1;
-  }
-  return recipe(
-      fmt::format("      config_groups:\n        attention:\n          targets: [LlamaAttention]\n"
-                  "          input_activations:\n{}",
-                  indented));
-}
-
-constexpr std::string_view kFp8Tensor =
-    "        num_bits: 8\n        type: float\n        strategy: tensor\n"
-    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
-constexpr std::string_view kFp8Head =
-    "        num_bits: 8\n        type: float\n        strategy: attn_head\n"
-    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
-constexpr std::string_view kInt8Head =
-    "        num_bits: 8\n        type: int\n        strategy: attn_head\n"
-    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
-constexpr std::string_view kInt4Head =
-    "        num_bits: 4\n        type: int\n        strategy: attn_head\n"
-    "        dynamic: false\n        symmetric: true\n        observer: static_minmax\n";
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }
 std::uint64_t hash_str(std::string_view s, std::uint64_t seed = 0xcbf29ce484222325ULL) {
@@ -86,7 +49,7 @@ std::optional<Json> read_json(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(p, ec)) return std::nullopt;
   try {
-    return Json::parse(read_file_bytes(p));
+    return Json::parse(runtime::read_file_bytes(p));
   } catch (const std::exception& e) {
     log::warn("ignoring unreadable cache file {}: {}", p.string(), e.what());
     return std::nullopt;
@@ -114,28 +77,35 @@ std::vector<double> window_sums(std::span<const double> values,
 
 const std::vector<SchemeDef>& builtin_schemes() {
   using F = quant::KvFormat;
+  // The recipes are examples/recipes/*.yaml, compiled in (builtin_recipes.h): what compare runs
+  // is what a user copies.
+  const auto r = [](std::string_view file) { return std::string(builtin_recipe(file)); };
   static const std::vector<SchemeDef> table = {
       {"baseline", "unquantized (fp32 KV cache)", "", F::kF32},
-      {"KV-FP8-Tensor", "FP8 E4M3 K/V, one scale per tensor", kv_recipe(kFp8Tensor), F::kFP8E4M3},
-      {"KV-FP8-Head", "FP8 E4M3 K/V, one scale per KV head", kv_recipe(kFp8Head), F::kFP8E4M3},
-      {"QKV-FP8-Tensor", "FP8 E4M3 Q/K/V (attention group), per tensor", qkv_recipe(kFp8Tensor),
+      {"KV-FP8-Tensor", "FP8 E4M3 K/V, one scale per tensor", r("kv_fp8_tensor.yaml"), F::kFP8E4M3},
+      {"KV-FP8-Head", "FP8 E4M3 K/V, one scale per KV head", r("kv_fp8_head.yaml"), F::kFP8E4M3},
+      {"QKV-FP8-Tensor", "FP8 E4M3 Q/K/V (attention group), per tensor", r("qkv_fp8_tensor.yaml"),
        F::kFP8E4M3},
-      {"QKV-FP8-Head", "FP8 E4M3 Q/K/V (attention group), per head", qkv_recipe(kFp8Head),
+      {"QKV-FP8-Head", "FP8 E4M3 Q/K/V (attention group), per head", r("qkv_fp8_head.yaml"),
        F::kFP8E4M3},
-      {"KV-INT8-Head", "INT8 symmetric K/V, per KV head", kv_recipe(kInt8Head), F::kINT8},
-      {"KV-INT4-Head", "INT4 symmetric K/V, per KV head", kv_recipe(kInt4Head), F::kINT4},
-      // The lifecycle rejects tensor_group on attention, so NVFP4 has no recipe: the packed
-      // cache quantizes K/V itself with dynamic per-head global scales (vLLM-style, see
-      // model/kv_cache.h) and nothing is calibrated.
+      {"KV-INT8-Head", "INT8 symmetric K/V, per KV head", r("kv_int8_head.yaml"), F::kINT8},
+      {"KV-INT4-Head", "INT4 symmetric K/V, per KV head", r("kv_int4_head.yaml"), F::kINT4},
+      // No recipe: the packed cache quantizes K/V itself with dynamic per-head global scales
+      // (vLLM-style, see model/kv_cache.h) and nothing is calibrated.
       {"KV-NVFP4", "NVFP4 K/V packed cache (E2M1, 16-value E4M3 block scales, dynamic global)", "",
        F::kNVFP4},
+      // kv_nvfp4.yaml: compressed-tensors' FP4 per-head kv scheme, packed as NVFP4 under the
+      // calibrated global scale 448 / k_scale. Not in the default list (run it by name).
+      {"KV-NVFP4-Calibrated",
+       "NVFP4 K/V packed cache, global scale per KV head calibrated (kv_nvfp4.yaml)",
+       r("kv_nvfp4.yaml"), F::kNVFP4, false, false},
   };
   return table;
 }
 
 const SchemeDef& find_scheme(std::string_view name) {
   for (const auto& s : builtin_schemes())
-    if (lower(s.name) == lower(name)) return s;
+    if (ascii_lower(s.name) == ascii_lower(name)) return s;
   std::string names;
   for (const auto& s : builtin_schemes()) names += (names.empty() ? "" : ", ") + s.name;
   fail<InvalidArgument>("unknown scheme '{}'; valid schemes: {}", name, names);
@@ -143,7 +113,11 @@ const SchemeDef& find_scheme(std::string_view name) {
 
 std::vector<SchemeDef> parse_scheme_list(std::string_view list) {
   std::vector<SchemeDef> out;
-  if (list.find_first_not_of(" ,") == std::string_view::npos) return builtin_schemes();
+  if (list.find_first_not_of(" ,") == std::string_view::npos) {
+    for (const SchemeDef& s : builtin_schemes())
+      if (s.in_default) out.push_back(s);
+    return out;
+  }
   for (std::size_t b = 0; b <= list.size();) {
     std::size_t e = list.find(',', b);
     if (e == std::string_view::npos) e = list.size();
@@ -222,7 +196,7 @@ void copy_ppl_kld(const SchemeReport& from, SchemeReport& to) {
 }  // namespace
 
 struct Evaluator::Impl {
-  ModelSource src;
+  runtime::ModelSource src;
   std::vector<std::int32_t> tokens;  // WikiText-2 test, whole file
   std::optional<LogitsCache> base_logits;
   std::optional<SchemeReport> base_row;
@@ -238,15 +212,15 @@ Evaluator::Evaluator(EvalOptions options)
   fs::path wiki;
   if (o.ppl_kld) wiki = wikitext_path(o.data_dir);
   if (o.gsm8k_limit > 0 || o.calib_samples > 0) gsm8k_dir(o.data_dir);
-  impl_->src =
-      open_model_source(o.model_dir, /*with_quantization=*/false, model::LoadOptions{o.weights});
+  impl_->src = runtime::open_model_source(o.model_dir, /*with_quantization=*/false,
+                                          model::LoadOptions{o.weights});
   model_hash_ = model_fingerprint(o.model_dir);
   // fp32 keys stay what they were (existing caches remain valid); other dtypes get their own.
   if (o.weights != DType::kF32)
     model_hash_ = hash_str(fmt::format("{}|weights={}", hex(model_hash_), dtype_name(o.weights)));
   if (o.ppl_kld) {
     const auto t0 = std::chrono::steady_clock::now();
-    impl_->tokens = impl_->src.tokenizer->encode(read_file_bytes(wiki), false);
+    impl_->tokens = impl_->src.tokenizer->encode(runtime::read_file_bytes(wiki), false);
     log::info("WikiText-2: {} tokens ({:.1f} s to tokenize)", impl_->tokens.size(),
               seconds_since(t0));
   }
@@ -308,11 +282,11 @@ KldOptions kld_options(const EvalOptions& o) {
 
 // Decode tokens/s: prefill `context` WikiText tokens into a cache of the given spec, then time
 // single-token forwards (median of 3 repeats of `steps` steps).
-double measure_decode(model::LlamaModel& m, const model::KvCacheSpec& spec,
+double measure_decode(model::LlamaModel& m, const model::KvCacheConfig& kv,
                       std::span<const std::int32_t> text, std::int64_t context,
                       std::int64_t steps) {
   if (steps <= 0 || static_cast<std::int64_t>(text.size()) < context + steps) return 0.0;
-  model::KvCache cache = m.make_cache(1, context + steps, spec);
+  model::KvCache cache = m.make_cache(1, context + steps, kv);
   std::vector<double> rates;
   for (int rep = 0; rep < 3; ++rep) {
     cache.reset();
@@ -413,23 +387,11 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
 
   SchemeReport r;
   r.scheme = def.name;
-  r.kv_format = std::string(quant::kv_format_name(def.kv_format));
-  r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(def.kv_format);
-  const auto& cfg = m.config();
-  const std::int64_t head_dim = cfg.head_dim;
-  r.kv_bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads *
-                         static_cast<std::int64_t>(quant::kv_row_bytes(def.kv_format, head_dim));
 
   // Calibrate (or reuse cached scales).
   std::unique_ptr<lifecycle::QuantizationLifecycle> lc;
-  quant::KvFormat kv_format = def.kv_format;
   if (def.from_checkpoint) {
     lc = lifecycle::load_quantized(m, o.model_dir);
-    kv_format = lc->kv_format();
-    r.kv_format = std::string(quant::kv_format_name(kv_format));
-    r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(kv_format);
-    r.kv_bytes_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads *
-                           static_cast<std::int64_t>(quant::kv_row_bytes(kv_format, head_dim));
   } else if (calibrated) {
     const quant::QuantizationConfig qc = quant::parse_recipe(def.recipe, def.name);
     lc = lifecycle::apply_quantization_config(m, qc);
@@ -464,6 +426,24 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
     }
   }
 
+  // The cache the user would run: a calibrated scheme's packed cache with its scales (its k/v
+  // fake-quant hooks stand aside for it), else the scheme's format with dynamic scales. A scheme
+  // whose k/v cannot be packed (partially quantized) runs its fake quantization, with a warning.
+  const model::KvCacheConfig kv =
+      calibrated ? runtime::resolve_kv_cache(runtime::KvCacheOption{}, lc.get(), def.name)
+                 : model::KvCacheConfig::dynamic(def.kv_format);
+  quant::KvFormat stored = kv.format;  // what a value costs in the cache the scheme stands for
+  if (kv.fake_quant) {
+    try {
+      stored = lc->kv_format();
+    } catch (const NotSupported&) {
+      stored = quant::KvFormat::kF32;  // no packed format at all: an fp32 cache
+    }
+  }
+  r.kv_format = std::string(quant::kv_format_name(stored));
+  r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(stored);
+  r.kv_bytes_per_token = runtime::kv_bytes_per_token(m, model::KvCacheConfig::dynamic(stored));
+
   const auto t0 = std::chrono::steady_clock::now();
   if (o.ppl_kld) {
     // The PPL / KLD part is cached on its own, so a later run that adds GSM8K reuses it.
@@ -475,7 +455,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
       if (!impl_->base_logits)
         impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
       KldOptions ko = kld_options(o);
-      if (!calibrated) ko.quant_kv = def.kv_format;
+      ko.quant_kv = kv;
       // Finished windows are journaled, so an interruption loses at most the window in flight.
       ko.resume_file = cache_file("kld-windows", def, ppl_key(def), ".jsonl");
       const KldResult k = kld_against_cache(m, impl_->tokens, *impl_->base_logits, ko);
@@ -503,7 +483,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
     g.data_dir = gsm8k_dir(o.data_dir);
     g.limit = o.gsm8k_limit;
     g.max_new_tokens = o.gsm8k_max_new_tokens;
-    if (!calibrated) g.kv_storage = def.kv_format;
+    g.kv_cache = kv;
     g.progress = o.progress;
     g.batch = o.gsm8k_batch;
     g.resume_file = cache_file("gsm8k", def, gsm8k_key(def), ".jsonl");
@@ -516,18 +496,8 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
       r.gsm8k_correct.push_back(rec.score.flexible_correct ? 1 : 0);
   }
   if (o.decode_steps > 0 && !impl_->tokens.empty()) {
-    // The calibrated scheme's packed cache quantizes k/v itself: its k/v fake-quant hooks go
-    // off for the timing, as in `kvq generate` on a checkpoint (q fake quantization stays).
-    model::KvCacheSpec spec;
-    try {
-      spec = calibrated ? lc->kv_cache_spec() : model::KvCacheSpec{def.kv_format, {}};
-    } catch (const Error& e) {
-      log::warn("{}: decode measured with an f32 cache: {}", def.name, e.what());
-    }
-    if (lc && spec.format != quant::KvFormat::kF32) lc->set_kv_fake_quantization(false);
     r.decode_context = o.decode_context;
-    r.decode_tok_s = measure_decode(m, spec, impl_->tokens, o.decode_context, o.decode_steps);
-    if (lc) lc->set_kv_fake_quantization(true);
+    r.decode_tok_s = measure_decode(m, kv, impl_->tokens, o.decode_context, o.decode_steps);
   }
   r.eval_seconds = seconds_since(t0);
   if (!is_base) compare_to_baseline(r, baseline(), {});  // ΔPPL, GSM8K (the KLD test ran above)

@@ -42,13 +42,17 @@ struct SchemeDef {
   // The model directory is a quantized checkpoint: its stored scales are used (no recipe, no
   // calibration; kv_format derived from the checkpoint's k/v args).
   bool from_checkpoint = false;
+  // Run when --schemes is not given.
+  bool in_default = true;
 };
 
-// The built-in table (the source of truth for `kvq compare`), baseline first.
+// The built-in table (the source of truth for `kvq compare`; its recipes are
+// examples/recipes/*.yaml, compiled in), baseline first.
 const std::vector<SchemeDef>& builtin_schemes();
 // InvalidArgument listing the valid names when unknown (case-insensitive match).
 const SchemeDef& find_scheme(std::string_view name);
-// "a,b,c" → definitions in that order; empty → every built-in scheme. Duplicates rejected.
+// "a,b,c" → definitions in that order; empty → the default ones (in_default). Duplicates
+// rejected.
 std::vector<SchemeDef> parse_scheme_list(std::string_view list);
 
 struct EvalOptions {

@@ -197,9 +197,8 @@ class GreedyGenerator {
     const auto capacity = static_cast<std::int64_t>(ids.size()) + options_.max_new_tokens;
     InFlight g{slot,
                static_cast<std::int64_t>(ids.size()),
-               model_.make_cache(1, capacity, options_.kv_storage),
+               model_.make_cache(1, capacity, options_.kv_cache),
                {}};
-    if (options_.prepare_cache) options_.prepare_cache(g.cache);
     const Tensor logits = model_.forward(ids, g.cache, model::LogitsMode::kLast);
     const auto vocab = static_cast<std::size_t>(logits.shape().back());
     g.generated.push_back(greedy_.sample(std::span<const float>(logits.f32(), vocab)));

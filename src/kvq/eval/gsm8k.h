@@ -72,10 +72,9 @@ struct Gsm8kOptions {
   std::uint64_t fewshot_seed = 1234;
   std::int64_t max_new_tokens = 256;
   std::vector<std::string> until = {"Question:", "</s>", "<|im_end|>"};
-  model::KvStorage kv_storage = model::KvStorage::kF32;
-  // Called on every fresh KV cache before the prompt is fed (e.g. to set per-head scales of a
-  // quantized cache). Attention hooks live on the model itself.
-  std::function<void(model::KvCache&)> prepare_cache;
+  // The cache every question runs with (runtime::resolve_kv_cache makes it). Attention hooks
+  // live on the model itself.
+  model::KvCacheConfig kv_cache;
   bool progress = true;  // progress bar on stderr (drawn only on a terminal)
   // Questions generated together: each is prefilled alone, then those in flight decode one token
   // each per step, reading every weight once for all of them. Up to 8 (the batched GEMV) the

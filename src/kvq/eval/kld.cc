@@ -93,9 +93,9 @@ std::vector<PerplexityWindow> windows_for(std::span<const std::int32_t> tokens,
 
 // Runs `model` on a window; returns final-norm hidden states [len, hidden].
 Tensor window_hidden(model::LlamaModel& model, std::span<const std::int32_t> tokens,
-                     const PerplexityWindow& w, model::KvStorage storage,
-                     const std::function<void(model::KvCache&)>& prepare) {
-  model::KvCache cache = model.make_cache(1, w.end - w.begin, storage);
+                     const PerplexityWindow& w, const model::KvCacheConfig& kv,
+                     const std::function<void(model::KvCache&)>& prepare = {}) {
+  model::KvCache cache = model.make_cache(1, w.end - w.begin, kv);
   if (prepare) prepare(cache);
   return model.forward_hidden(
       tokens.subspan(static_cast<std::size_t>(w.begin), static_cast<std::size_t>(w.end - w.begin)),
@@ -268,7 +268,7 @@ KldResult kld_side_by_side(model::LlamaModel& base, model::LlamaModel& quant,
   std::vector<double> rows_topk(chunk);
   double topk_sum = 0.0;
   for (const auto& w : windows) {
-    const Tensor hb = window_hidden(base, tokens, w, options.base_kv, options.prepare_base_cache);
+    const Tensor hb = window_hidden(base, tokens, w, options.base_kv);
     const Tensor hq =
         window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
     std::vector<float> unused;
@@ -342,7 +342,7 @@ LogitsCache build_logits_cache(model::LlamaModel& base, std::span<const std::int
        wi < windows.size(); ++wi) {
     const auto& w = windows[wi];
     LogitsCache window_records(header);
-    const Tensor h = window_hidden(base, tokens, w, options.base_kv, options.prepare_base_cache);
+    const Tensor h = window_hidden(base, tokens, w, options.base_kv);
     for_each_chunk(
         base, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
 #pragma omp parallel for schedule(dynamic, 8) if (rows * vocab >= kParallelMin)

@@ -53,10 +53,11 @@ struct KldOptions {
   std::int64_t max_windows = 0;     // 0: all
   std::int64_t top_k = 32;          // cached mode (and mean_kld_topk in exact mode)
   std::int64_t logits_chunk = 256;  // rows of logits computed at once ([chunk, vocab] fp32 each)
-  model::KvStorage base_kv = model::KvStorage::kF32;
-  model::KvStorage quant_kv = model::KvStorage::kF32;
-  // Called on every fresh KV cache (e.g. to set scales of a quantized cache).
-  std::function<void(model::KvCache&)> prepare_base_cache, prepare_quant_cache;
+  // The caches each side runs with (runtime::resolve_kv_cache makes them; a calibrated config's
+  // packed cache quantizes k/v itself, see model/kv_cache.h).
+  model::KvCacheConfig base_kv, quant_kv;
+  // Called on every fresh quantized-side cache (tests count the windows run with it).
+  std::function<void(model::KvCache&)> prepare_quant_cache;
   bool progress = true;
   // kld_against_cache only: a journal (io/jsonl_journal.h) of the windows finished, one record
   // each with its per-token results (float64, exact round trip). Windows found there are not

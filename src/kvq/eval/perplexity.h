@@ -56,7 +56,7 @@ struct PerplexityOptions {
                                     // windows then run one at a time (batch ignored)
   // The cache of every window (a fresh one per window: dynamic scales are fixed by each
   // window's tokens, shared by the windows of one batch).
-  model::KvCacheSpec kv_cache;
+  model::KvCacheConfig kv_cache;
   bool progress = true;  // progress bar on stderr (only drawn on a terminal)
 };
 

@@ -14,6 +14,7 @@
 #include "kvq/core/log.h"
 #include "kvq/core/threading.h"
 #include "kvq/model/llama_model.h"
+#include "kvq/runtime/kv_cache_choice.h"
 
 namespace kvq::eval {
 namespace {
@@ -122,13 +123,13 @@ TimeStats time_stats(std::vector<double> seconds) {
   return s;
 }
 
-BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std::string model_name,
-                      lifecycle::QuantizationLifecycle* lifecycle) {
-  const BenchModel one{&model, lifecycle};
-  return run_bench(std::span<const BenchModel>(&one, 1), options, std::move(model_name));
+BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
+                      std::string model_name) {
+  model::LlamaModel* const one = &model;
+  return run_bench(std::span<model::LlamaModel* const>(&one, 1), options, std::move(model_name));
 }
 
-BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& options,
+BenchReport run_bench(std::span<model::LlamaModel* const> models, const BenchOptions& options,
                       std::string model_name) {
   if (options.contexts.empty() || options.threads.empty() || options.kv_caches.empty() ||
       models.empty()) {
@@ -144,14 +145,14 @@ BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& op
   for (int t : options.threads) {
     if (t < 1) fail<InvalidArgument>("bench: thread counts must be >= 1, got {}", t);
   }
-  const model::LlamaModel& first = *models.front().model;
+  const model::LlamaModel& first = *models.front();
   const std::int64_t vocab = first.config().vocab_size;
   BenchReport rep;
   rep.model = std::move(model_name);
-  for (const BenchModel& bm : models) rep.costs.push_back(model_cost(*bm.model));
+  for (const model::LlamaModel* m : models) rep.costs.push_back(model_cost(*m));
   rep.cost = rep.costs.front();
-  for (const KvCacheChoice& kv : options.kv_caches) {
-    rep.kv_bytes_per_token.emplace_back(kv.label, kv_bytes_per_token(first, kv));
+  for (const model::KvCacheConfig& kv : options.kv_caches) {
+    rep.kv_bytes_per_token.emplace_back(kv.label(), first.make_cache(1, 1, kv).bytes_per_token());
     rep.kv_caches.push_back(kv);
   }
   const int saved_threads = num_threads();
@@ -169,12 +170,11 @@ BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& op
                 mrow.dram_read_gbs, mrow.sgemm_gflops);
     }
     for (std::size_t mi = 0; mi < models.size(); ++mi) {
-      model::LlamaModel& model = *models[mi].model;
+      model::LlamaModel& model = *models[mi];
       const ModelCost& cost = rep.costs[mi];
-      for (const KvCacheChoice& kv : options.kv_caches) {
-        apply_kv_cache_choice(kv, models[mi].lifecycle);
+      for (const model::KvCacheConfig& kv : options.kv_caches) {
         // Prefill: one warm-up, then `repeats` timed runs from an empty cache.
-        model::KvCache cache = model.make_cache(1, options.prefill_tokens, kv.spec);
+        model::KvCache cache = model.make_cache(1, options.prefill_tokens, kv);
         std::vector<double> times;
         for (int r = -1; r < options.repeats; ++r) {
           cache.reset();
@@ -185,7 +185,7 @@ BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& op
         PrefillRow p;
         p.threads = threads;
         p.weights = cost.weights;
-        p.kv = kv.label;
+        p.kv = kv.label();
         p.tokens = options.prefill_tokens;
         p.seconds = time_stats(times);
         p.tok_s_best = p.tokens / p.seconds.min;
@@ -194,10 +194,10 @@ BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& op
         if (mrow.sgemm_gflops > 0) p.sgemm_fraction = p.gflops_best / mrow.sgemm_gflops;
         rep.prefill.push_back(p);
         log::info("bench: {} threads, {} weights, {} KV: prefill {:.1f} tok/s (best)", threads,
-                  cost.weights, kv.label, p.tok_s_best);
+                  cost.weights, kv.label(), p.tok_s_best);
 
         for (std::int64_t context : options.contexts) {
-          model::KvCache dcache = model.make_cache(1, context + options.decode_steps, kv.spec);
+          model::KvCache dcache = model.make_cache(1, context + options.decode_steps, kv);
           fill_cache_synthetic(dcache, context);
           std::vector<double> per_token;
           for (int r = -1; r < options.repeats; ++r) {
@@ -212,7 +212,7 @@ BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& op
           DecodeRow d;
           d.threads = threads;
           d.weights = cost.weights;
-          d.kv = kv.label;
+          d.kv = kv.label();
           d.context = context;
           d.steps = options.decode_steps;
           d.seconds_per_token = time_stats(per_token);
@@ -223,7 +223,7 @@ BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& op
           if (mrow.dram_read_gbs > 0) d.dram_fraction = d.gbs_best / mrow.dram_read_gbs;
           rep.decode.push_back(d);
           log::info("bench: {} threads, {} weights, {} KV, context {}: decode {:.1f} tok/s (best)",
-                    threads, cost.weights, kv.label, context, d.tok_s_best);
+                    threads, cost.weights, kv.label(), context, d.tok_s_best);
         }
       }
     }
@@ -248,10 +248,10 @@ std::string bench_markdown(const BenchReport& r) {
     s += fmt::format(" {} {} B;", kv, bytes);
   }
   s += "\n";
-  for (const KvCacheChoice& kv : r.kv_caches) {
-    if (kv.scales == KvScales::kNone) continue;
+  for (const model::KvCacheConfig& kv : r.kv_caches) {
+    if (kv.scales == model::KvScales::kNone && !kv.fake_quant) continue;
     s += fmt::format("- {}{}\n", kv.describe(),
-                     kv.scales == KvScales::kDynamic
+                     kv.scales == model::KvScales::kDynamic
                          ? ": decode fixes them from the synthetic fill, prefill from the prompt"
                          : "");
   }
@@ -299,7 +299,7 @@ nlohmann::json bench_json(const BenchReport& r) {
   }
   j["kv_caches"] = nlohmann::json::array();
   for (std::size_t i = 0; i < r.kv_caches.size(); ++i) {
-    nlohmann::json k = r.kv_caches[i].to_json();
+    nlohmann::json k = runtime::kv_cache_json(r.kv_caches[i]);
     k["kv_bytes_per_token"] = r.kv_bytes_per_token.at(i).second;
     j["kv_caches"].push_back(k);
   }

@@ -28,14 +28,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvq/eval/kv_cache_option.h"
 #include "kvq/model/kv_cache.h"
 
 namespace kvq::model {
 class LlamaModel;
-}
-namespace kvq::lifecycle {
-class QuantizationLifecycle;
 }
 
 namespace kvq::eval {
@@ -63,7 +59,7 @@ struct BenchOptions {
   std::int64_t prefill_tokens = 512;
   std::vector<std::int64_t> contexts = {128, 2048, 8192};
   std::vector<int> threads = {1, 2};
-  std::vector<KvCacheChoice> kv_caches = {KvCacheChoice{}};  // default: f32
+  std::vector<model::KvCacheConfig> kv_caches = {model::KvCacheConfig{}};  // default: f32
   int repeats = 5;
   std::int64_t decode_steps = 16;  // timed single-token forwards per repeat
   bool machine = true;             // measure DRAM bandwidth and sgemm peak
@@ -76,7 +72,7 @@ struct MachineRow {
 struct PrefillRow {
   int threads = 0;
   std::string weights = "f32";  // ModelCost::weights
-  std::string kv = "f32";       // KvCacheChoice::label
+  std::string kv = "f32";       // KvCacheConfig::label
   std::int64_t tokens = 0;
   TimeStats seconds;
   double tok_s_best = 0.0, tok_s_median = 0.0;
@@ -86,7 +82,7 @@ struct PrefillRow {
 struct DecodeRow {
   int threads = 0;
   std::string weights = "f32";  // ModelCost::weights
-  std::string kv = "f32";       // KvCacheChoice::label
+  std::string kv = "f32";       // KvCacheConfig::label
   std::int64_t context = 0, steps = 0;
   TimeStats seconds_per_token;
   double tok_s_best = 0.0, tok_s_median = 0.0;
@@ -100,26 +96,20 @@ struct BenchReport {
   ModelCost cost;                // of the first model
   std::vector<ModelCost> costs;  // of every model, in run order
   std::vector<std::pair<std::string, std::int64_t>> kv_bytes_per_token;  // (label, bytes)
-  std::vector<KvCacheChoice> kv_caches;                                  // as run, in options order
+  std::vector<model::KvCacheConfig> kv_caches;                           // as run, in options order
   std::vector<MachineRow> machine;
   std::vector<PrefillRow> prefill;
   std::vector<DecodeRow> decode;
 };
 
-// One model to run: `lifecycle` is the quantized checkpoint's (its k/v fake quantization is set
-// per KV cache choice), or null.
-struct BenchModel {
-  model::LlamaModel* model = nullptr;
-  lifecycle::QuantizationLifecycle* lifecycle = nullptr;
-};
-
 // Runs every (threads, model, kv cache) combination, in that nesting; restores the thread count
-// it found. The models must share one config (the kv cache choices are resolved once).
+// it found. The models must share one config (the kv cache configs are resolved once; a
+// checkpoint's calibrated config quantizes k/v in its packed cache, its hooks standing aside).
 // InvalidArgument for empty lists, non-positive sizes, threads < 1, repeats < 1.
-BenchReport run_bench(std::span<const BenchModel> models, const BenchOptions& options,
+BenchReport run_bench(std::span<model::LlamaModel* const> models, const BenchOptions& options,
                       std::string model_name);
-BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options, std::string model_name,
-                      lifecycle::QuantizationLifecycle* lifecycle = nullptr);
+BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
+                      std::string model_name);
 
 std::string bench_markdown(const BenchReport& report);
 nlohmann::json bench_json(const BenchReport& report);

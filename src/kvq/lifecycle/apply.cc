@@ -165,12 +165,12 @@ void QuantizationLifecycle::install_quantization_hooks(QuantizedAttentionState& 
   QuantizedAttentionState* s = &state;
   if (s->has_kv_cache) {
     handles.push_back(
-        s->module->register_key_hook([this, s](model::AttentionModule&, model::StatesView v) {
-          if (s->quantization_enabled && kv_fake_quant_) forward_quantize(*s, 'k', v);
+        s->module->register_key_hook([s](model::AttentionModule&, model::StatesView v) {
+          if (s->quantization_enabled && !v.quantized_by_cache) forward_quantize(*s, 'k', v);
         }));
     handles.push_back(
-        s->module->register_value_hook([this, s](model::AttentionModule&, model::StatesView v) {
-          if (s->quantization_enabled && kv_fake_quant_) forward_quantize(*s, 'v', v);
+        s->module->register_value_hook([s](model::AttentionModule&, model::StatesView v) {
+          if (s->quantization_enabled && !v.quantized_by_cache) forward_quantize(*s, 'v', v);
         }));
   }
   if (s->has_impl) {

@@ -70,23 +70,23 @@ class QuantizationLifecycle {
   // Why a checkpoint of this state would not load in vLLM (asymmetric kv, ...); empty when fine.
   std::vector<std::string> export_warnings() const;
 
-  // --- Packed KV cache (kv_cache_spec.cc) ---
+  // --- Packed KV cache (kv_cache_config.cc) ---
   // The packed format of the kv scheme: fp8 → kFP8E4M3, int8 → kINT8, int4 → kINT4, float 4 →
-  // kNVFP4 (kvq extension: see kv_cache_spec.cc). NotSupported for anything else.
+  // kNVFP4 (kvq extension: see kv_cache_config.cc). NotSupported for anything else.
   quant::KvFormat kv_format() const;
-  // The spec that makes a packed cache store k/v as this lifecycle's k/v fake quantization does:
+  // The k/v strategy as a cache granularity (tensor / attn_head; nullopt for others or none).
+  std::optional<model::KvScaleGranularity> kv_granularity() const;
+  // The config of a packed cache that stores k/v as this lifecycle's k/v fake quantization does:
   // per layer the calibrated (or loaded) k/v scales, one value (tensor) or one per kv head
-  // (attn_head), and zero points (asymmetric int). NVFP4: global scale 448 / scale per stream.
+  // (attn_head), and zero points (asymmetric int); NVFP4: global scale 448 / scale per stream.
   // InvalidArgument naming the module when a scale is not calibrated; NotSupported when some
   // layers are not quantized (the cache has one format for every layer: use fake quant then).
-  model::KvCacheSpec kv_cache_spec() const;
-  // k/v fake-quantization hooks on (default) or off; q fake quantization is not affected.
-  void set_kv_fake_quantization(bool enabled) { kv_fake_quant_ = enabled; }
-  bool kv_fake_quantization() const { return kv_fake_quant_; }
-  // model().make_cache(batch, capacity, kv_cache_spec()), and turns the k/v fake-quantization
-  // hooks off so k/v are quantized once, by the cache. A forward WITHOUT a cache (or with an
-  // f32 cache) then sees unquantized k/v until set_kv_fake_quantization(true).
-  model::KvCache make_kv_cache(std::int64_t batch, std::int64_t capacity);
+  // A forward on such a cache leaves k/v to it: the k/v fake-quant hooks see
+  // StatesView::quantized_by_cache and stand aside, so k/v are quantized once, by the cache; on
+  // any other cache (or none) the hooks fake-quantize. Nothing to switch.
+  model::KvCacheConfig kv_cache_config() const;
+  // model().make_cache(batch, capacity, kv_cache_config()).
+  model::KvCache make_kv_cache(std::int64_t batch, std::int64_t capacity) const;
 
  private:
   friend std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
@@ -100,7 +100,6 @@ class QuantizationLifecycle {
   // Per state: the fake-quant hook handles, re-registered last whenever a pre-hook is added.
   std::map<const QuantizedAttentionState*, std::vector<model::HookHandle>> quant_hooks_;
   std::vector<std::string> export_warnings_;
-  bool kv_fake_quant_ = true;
 };
 
 std::unique_ptr<QuantizationLifecycle> apply_quantization_config(

@@ -30,6 +30,11 @@ struct StatesView {
   float* data = nullptr;
   std::int64_t batch = 0, heads = 0, tokens = 0, head_dim = 0;
   std::int64_t start_position = 0;  // position of token 0 (the cache length before this forward)
+  // Keys / values only: the cache these states are appended to stores them quantized with
+  // calibrated parameters (KvCacheConfig::stores_calibrated_quantization: the packed form of the
+  // model's k/v quantization), so fake-quantizing hooks leave them to it and k/v are quantized
+  // exactly once. Observers and transforms run either way.
+  bool quantized_by_cache = false;
 
   std::int64_t numel() const { return batch * heads * tokens * head_dim; }
   float* row(std::int64_t b, std::int64_t h, std::int64_t t) const {

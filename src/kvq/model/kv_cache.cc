@@ -53,7 +53,7 @@ std::vector<float> expand(const std::vector<float>& v, std::int64_t kv_heads, fl
 }
 
 // Validated per-head parameters of one buffer. `kv` is "k" or "v".
-KvStreamParams stream_params(const KvCacheSpec& spec, std::int64_t layer, std::int64_t kv_heads,
+KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std::int64_t kv_heads,
                              const char* kv) {
   const KvFormat f = spec.format;
   const quant::KvFormatTraits& t = quant::kv_format_traits(f);
@@ -69,8 +69,8 @@ KvStreamParams stream_params(const KvCacheSpec& spec, std::int64_t layer, std::i
                     gname = base + "_global_scale";
   KvStreamParams p;
 
-  const bool dynamic = spec.dynamic_scales.has_value() && t.needs_scale;
-  p.dynamic_granularity = spec.dynamic_scales.value_or(KvScaleGranularity::kHead);
+  const bool dynamic = spec.scales == KvScales::kDynamic && t.needs_scale;
+  p.dynamic_granularity = spec.granularity.value_or(KvScaleGranularity::kHead);
   if (f == KvFormat::kNVFP4) {
     p.scale.assign(static_cast<std::size_t>(kv_heads), 1.0f);  // unused: block scales in-row
   } else if (dynamic && scale.empty()) {
@@ -258,16 +258,8 @@ std::vector<float> KvBuffer::read(std::int64_t n) const {
 }
 
 KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
-                 std::int64_t head_dim, std::int64_t capacity, KvFormat format)
-    : KvCache(layers, batch, kv_heads, head_dim, capacity, KvCacheSpec{format, {}}) {}
-
-KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
-                 std::int64_t head_dim, std::int64_t capacity, const KvCacheSpec& spec)
-    : batch_(batch),
-      kv_heads_(kv_heads),
-      head_dim_(head_dim),
-      capacity_(capacity),
-      format_(spec.format) {
+                 std::int64_t head_dim, std::int64_t capacity, const KvCacheConfig& spec)
+    : batch_(batch), kv_heads_(kv_heads), head_dim_(head_dim), capacity_(capacity), config_(spec) {
   if (layers <= 0 || batch <= 0 || kv_heads <= 0 || head_dim <= 0 || capacity <= 0) {
     fail<InvalidArgument>(
         "KV cache: layers {}, batch {}, kv_heads {}, head_dim {}, capacity {} must all be > 0",
@@ -277,8 +269,12 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     fail<InvalidArgument>("KV cache: unknown format {}", static_cast<int>(spec.format));
   }
   if (!spec.layers.empty() && static_cast<std::int64_t>(spec.layers.size()) != layers) {
-    fail<InvalidArgument>("KV cache ({}): the spec has scales for {} layers, the model has {}",
+    fail<InvalidArgument>("KV cache ({}): the config has scales for {} layers, the model has {}",
                           quant::kv_format_name(spec.format), spec.layers.size(), layers);
+  }
+  if (spec.scales == KvScales::kCalibrated && spec.layers.empty()) {
+    fail<InvalidArgument>("KV cache ({}): calibrated scales were announced but none are given",
+                          quant::kv_format_name(spec.format));
   }
   if (spec.int8_query_scores && !quant::int8_query_rows_supported(spec.format, head_dim)) {
     fail<InvalidArgument>(
@@ -347,6 +343,71 @@ bool KvCache::has_dynamic_scales() const {
 
 std::string_view kv_granularity_name(KvScaleGranularity granularity) {
   return granularity == KvScaleGranularity::kTensor ? "tensor" : "head";
+}
+
+std::string_view kv_scales_name(KvScales scales) {
+  switch (scales) {
+    case KvScales::kCalibrated:
+      return "calibrated";
+    case KvScales::kDynamic:
+      return "dynamic";
+    default:
+      return "none";
+  }
+}
+
+KvCacheConfig KvCacheConfig::of(KvFormat format) {
+  if (format == KvFormat::kNVFP4) return dynamic(format);
+  KvCacheConfig c;
+  c.format = format;
+  return c;
+}
+
+KvCacheConfig KvCacheConfig::calibrated(KvFormat format, std::vector<KvLayerScales> layers,
+                                        std::optional<KvScaleGranularity> granularity) {
+  KvCacheConfig c;
+  c.format = format;
+  c.scales = KvScales::kCalibrated;
+  c.granularity = granularity;
+  c.layers = std::move(layers);
+  return c;
+}
+
+KvCacheConfig KvCacheConfig::dynamic(KvFormat format, KvScaleGranularity granularity,
+                                     bool int8_query_scores) {
+  KvCacheConfig c;
+  c.format = format;
+  c.int8_query_scores = int8_query_scores;
+  if (quant::kv_format_traits(format).needs_scale) {
+    c.scales = KvScales::kDynamic;
+    c.granularity = granularity;
+  }
+  return c;
+}
+
+std::string KvCacheConfig::label() const {
+  if (fake_quant) return fake_quant_of.empty() ? "fake" : "fake(" + fake_quant_of + ")";
+  std::string s(quant::kv_format_name(format));
+  if (granularity) {
+    s.push_back(':');
+    s.append(kv_granularity_name(*granularity));
+  }
+  if (int8_query_scores) s.append("+q8");
+  return s;
+}
+
+std::string KvCacheConfig::describe() const {
+  if (fake_quant) {
+    return label() + " (fake quantization with the checkpoint's scales, fp32 cache)";
+  }
+  switch (scales) {
+    case KvScales::kCalibrated:
+      return label() + " (calibrated scales from the checkpoint)";
+    case KvScales::kDynamic:
+      return label() + " (dynamic scales)";
+    default:
+      return label();
+  }
 }
 
 std::int64_t KvCache::bytes_per_token() const {

@@ -21,7 +21,7 @@
 //
 // Dynamic parameters (no calibration; vLLM's dynamic kv-scale calculation, which also fixes the
 // scales from the first forward, with compressed-tensors' symmetric qparams math). A stream's
-// parameter is dynamic when the spec leaves it empty and allows it (KvCacheSpec::dynamic_scales;
+// parameter is dynamic when the config leaves it empty and allows it (KvScales::kDynamic;
 // nvfp4 global scales are always dynamic when not given). It is NaN (unfixed) until the first
 // write after construction / reset() that holds a finite non-zero value in its scope — the
 // head's rows across the batch (KvScaleGranularity::kHead) or every head of the buffer (kTensor:
@@ -60,7 +60,6 @@
 namespace kvq::model {
 
 using quant::KvFormat;
-using KvStorage = quant::KvFormat;  // former name, kept for existing callers
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax.
 inline constexpr float kNvfp4DynamicHeadroom = 4.0f;
@@ -69,7 +68,7 @@ inline constexpr float kNvfp4DynamicHeadroom = 4.0f;
 // default below), one value (per-tensor: the same for every kv head) or kv_heads values
 // (per-head, compressed-tensors' attn_head strategy).
 struct KvLayerScales {
-  // Dequantization scales: required (finite, > 0) for fp8 / int8 / int4 unless the spec allows
+  // Dequantization scales: required (finite, > 0) for fp8 / int8 / int4 unless the config allows
   // dynamic scales (then empty = dynamic); default 1 for f32 / bf16 / f16 (where a scale divides
   // before the cast); unused by nvfp4.
   std::vector<float> k_scale, v_scale;
@@ -85,21 +84,62 @@ struct KvLayerScales {
 enum class KvScaleGranularity : std::uint8_t { kHead, kTensor };
 std::string_view kv_granularity_name(KvScaleGranularity granularity);  // "head" / "tensor"
 
-struct KvCacheSpec {
+// Where a cache's quantization parameters come from.
+enum class KvScales : std::uint8_t {
+  kNone,        // f32 / bf16 / f16: stored unscaled
+  kCalibrated,  // given in KvCacheConfig::layers (a calibration's or a checkpoint's k/v qparams;
+                // nvfp4 global scales left empty there are dynamic per head)
+  kDynamic,     // fixed from the data by the first write (see above), per `granularity`
+};
+std::string_view kv_scales_name(KvScales scales);  // "none", "calibrated", "dynamic"
+
+// Everything that decides a run's KV cache, in one value: every command, eval task, bench and
+// compare builds its caches from one of these (runtime/kv_cache_choice.h makes it from a
+// checkpoint's quantization_config or a `--kv-cache` string; LlamaModel::make_cache consumes it).
+struct KvCacheConfig {
   KvFormat format = KvFormat::kF32;
-  // Empty (every default: valid for f32 / bf16 / f16 / nvfp4, and for fp8 / int8 / int4 with
-  // dynamic_scales) or one entry per layer.
+  KvScales scales = KvScales::kNone;
+  // Of the scales (calibrated: the checkpoint's strategy; dynamic: how they are fixed, kHead when
+  // unset); nullopt for unscaled formats.
+  std::optional<KvScaleGranularity> granularity;
+  // kCalibrated: one entry per layer. kDynamic: empty, or per-layer values that are used where
+  // given (the rest is dynamic). Given values must be finite and > 0 (InvalidArgument naming the
+  // layer and tensor otherwise): a quantized cache never runs with forgotten scales.
   std::vector<KvLayerScales> layers;
-  // Parameters the layers leave empty. nullopt: fp8 / int8 / int4 scales are required
-  // (InvalidArgument: a quantized cache must not run with forgotten scales) and nvfp4 global
-  // scales are dynamic per head. kHead / kTensor: they are dynamic with that granularity (see
-  // above); ignored by f32 / bf16 / f16. A NaN given in `layers` is an error either way.
-  std::optional<KvScaleGranularity> dynamic_scales;
   // int8 / int4 / nvfp4 (head_dim % 64 == 0) only (InvalidArgument otherwise): decode scores with
   // the query quantized to int8 per head and integer dot products (AVX-512 VNNI) instead of the
   // exact float path. Approximate: opt-in (`--kv-cache int8:head+q8`); prefill attention and the V
   // side stay exact.
   bool int8_query_scores = false;
+  // This f32 cache stands for a checkpoint's k/v FAKE quantization (the reference's semantics:
+  // its lifecycle's hooks quantize k/v, the cache stores them unscaled); `fake_quant_of` names
+  // the checkpoint's own cache ("fp8:head"; empty when its k/v have no packed format). Only
+  // names the run: an f32 cache is an f32 cache.
+  bool fake_quant = false;
+  std::string fake_quant_of;
+
+  // An unscaled cache (f32 / bf16 / f16), or nvfp4 with dynamic per-head global scales.
+  static KvCacheConfig of(KvFormat format);
+  // Scales given per layer (a calibration's; see `layers`).
+  static KvCacheConfig calibrated(KvFormat format, std::vector<KvLayerScales> layers,
+                                  std::optional<KvScaleGranularity> granularity = std::nullopt);
+  // A quantized format with dynamic scales of that granularity (unscaled formats: plain `of`).
+  static KvCacheConfig dynamic(KvFormat format,
+                               KvScaleGranularity granularity = KvScaleGranularity::kHead,
+                               bool int8_query_scores = false);
+
+  // "f32", "bf16", "fp8:head", "int8:head+q8", "nvfp4:head", "fake(fp8:head)": the cache's name
+  // in tables, JSON and log lines.
+  std::string label() const;
+  // The label with where the scales come from, for text output: "fp8:head (calibrated scales
+  // from the checkpoint)".
+  std::string describe() const;
+  // Whether the cache itself stores k/v quantized with calibrated parameters, i.e. it is the
+  // packed form of the model's k/v quantization (then the lifecycle's k/v fake-quantization
+  // hooks stand aside for it: k/v are quantized exactly once).
+  bool stores_calibrated_quantization() const {
+    return scales == KvScales::kCalibrated && quant::kv_format_traits(format).needs_scale;
+  }
 };
 
 // The per-head parameters of one buffer, [kv_heads] each.
@@ -126,13 +166,12 @@ class KvBuffer {
   // Forgets dynamically fixed parameters (the next write with data fixes them again).
   void reset_dynamic();
   // K of an int8 / int4 / nvfp4 cache: views ask for approximate int8-query decode scores
-  // (KvCacheSpec).
+  // (KvCacheConfig).
   void set_int8_query_scores(bool on) { int8_query_scores_ = on; }
   // Whether head h's scale (nvfp4: global scale) is dynamic (fixed or not: see scale()).
   bool dynamic(std::int64_t h) const { return dynamic_.at(static_cast<std::size_t>(h)); }
 
   KvFormat format() const { return format_; }
-  KvFormat storage() const { return format_; }  // former name
   // NaN while a dynamic scale is not fixed yet; 1 for f32 / bf16 / f16 / nvfp4 by default.
   float scale(std::int64_t h) const { return params_.scale.at(static_cast<std::size_t>(h)); }
   float zero_point(std::int64_t h) const {
@@ -165,15 +204,14 @@ class KvBuffer {
 class KvCache {
  public:
   // InvalidArgument naming the layer and tensor ("layer 3 k_scale[1] is nan: ...") when the
-  // spec's scales are missing, not calibrated (NaN), <= 0, of the wrong size, or a zero point
+  // config's scales are missing, not calibrated (NaN), <= 0, of the wrong size, or a zero point
   // is not an integer code of the format.
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
-          std::int64_t capacity, const KvCacheSpec& spec);
-  // A format without calibrated parameters: f32 / bf16 / f16 (scale 1) or nvfp4 (dynamic
-  // global scales per head); fp8 / int8 / int4 throw InvalidArgument (pass a KvCacheSpec with
-  // dynamic_scales for those).
+          std::int64_t capacity, const KvCacheConfig& config = {});
+  // KvCacheConfig::of(format): f32 / bf16 / f16, or nvfp4 with dynamic global scales.
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
-          std::int64_t capacity, KvFormat format = KvFormat::kF32);
+          std::int64_t capacity, KvFormat format)
+      : KvCache(layers, batch, kv_heads, head_dim, capacity, KvCacheConfig::of(format)) {}
 
   std::int64_t layers() const { return static_cast<std::int64_t>(keys_.size()); }
   std::int64_t batch() const { return batch_; }
@@ -181,8 +219,9 @@ class KvCache {
   std::int64_t head_dim() const { return head_dim_; }
   std::int64_t capacity() const { return capacity_; }
   std::int64_t length() const { return length_; }  // tokens cached so far
-  KvFormat format() const { return format_; }
-  KvFormat storage() const { return format_; }  // former name
+  KvFormat format() const { return config_.format; }
+  // What the cache was built from (its parameters as given; dynamic ones live in the buffers).
+  const KvCacheConfig& config() const { return config_; }
 
   KvBuffer& keys(std::int64_t layer);
   const KvBuffer& keys(std::int64_t layer) const;
@@ -206,7 +245,7 @@ class KvCache {
 
  private:
   std::int64_t batch_, kv_heads_, head_dim_, capacity_;
-  KvFormat format_;
+  KvCacheConfig config_;
   std::int64_t length_ = 0;
   std::vector<KvBuffer> keys_, values_;
 };

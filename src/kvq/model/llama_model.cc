@@ -233,14 +233,13 @@ std::vector<AttentionModule*> LlamaModel::attention_modules() {
 }
 
 KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity,
-                               const KvCacheSpec& spec) const {
+                               const KvCacheConfig& config) const {
   return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
-                 capacity, spec);
+                 capacity, config);
 }
 
 KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const {
-  return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
-                 capacity, format);
+  return make_cache(batch, capacity, KvCacheConfig::of(format));
 }
 
 std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::int64_t batch,
@@ -353,8 +352,9 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
       float* kb = k.data() + b0 * Hkv * S * d;
       float* vb = v.data() + b0 * Hkv * S * d;
       StatesView qs{qb, nb, H, S, d, past};
-      StatesView ks{kb, nb, Hkv, S, d, past};
-      StatesView vs{vb, nb, Hkv, S, d, past};
+      const bool by_cache = caches[i]->config().stores_calibrated_quantization();
+      StatesView ks{kb, nb, Hkv, S, d, past, by_cache};
+      StatesView vs{vb, nb, Hkv, S, d, past, by_cache};
       L.attn->run_key_value_hooks(ks, vs);
       caches[i]->keys(l).write(past, S, kb);
       caches[i]->values(l).write(past, S, vb);

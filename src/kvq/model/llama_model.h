@@ -79,14 +79,12 @@ class LlamaModel {
   AttentionModule& attention(std::int64_t layer);
   std::vector<AttentionModule*> attention_modules();
 
-  // A cache for `batch` sequences of up to `capacity` tokens, packed in spec.format with the
-  // spec's per-layer scales (see kv_cache.h; InvalidArgument naming the layer when they are
-  // missing or not calibrated).
-  KvCache make_cache(std::int64_t batch, std::int64_t capacity, const KvCacheSpec& spec) const;
-  // A format that needs no calibrated parameters (f32 / bf16 / f16, nvfp4 with dynamic global
-  // scales).
+  // A cache for `batch` sequences of up to `capacity` tokens as `config` says (kv_cache.h;
+  // InvalidArgument naming the layer when its scales are missing or not calibrated).
   KvCache make_cache(std::int64_t batch, std::int64_t capacity,
-                     KvFormat format = KvFormat::kF32) const;
+                     const KvCacheConfig& config = {}) const;
+  // KvCacheConfig::of(format): f32 / bf16 / f16, or nvfp4 with dynamic global scales.
+  KvCache make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const;
 
   // One sequence (cache batch must be 1): appends tokens at cache.length(). Logits [S or 1,
   // vocab]. InvalidArgument on an empty input, a bad token id or a full cache.

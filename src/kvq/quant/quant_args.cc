@@ -7,16 +7,11 @@
 #include <vector>
 
 #include "kvq/core/error.h"
+#include "kvq/core/strings.h"
 #include "kvq/quant/json_util.h"
 
 namespace kvq::quant {
 namespace {
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 template <class E, std::size_t N>
 E parse_enum(std::string_view text, const std::array<std::pair<std::string_view, E>, N>& table,
@@ -124,10 +119,10 @@ std::string_view to_string(ActivationOrdering value) {
 }
 
 QuantizationType parse_quantization_type(std::string_view text) {
-  return parse_enum(lower(text), kTypes, "QuantizationType");
+  return parse_enum(ascii_lower(text), kTypes, "QuantizationType");
 }
 QuantizationStrategy parse_quantization_strategy(std::string_view text) {
-  return parse_enum(lower(text), kStrategies, "QuantizationStrategy");
+  return parse_enum(ascii_lower(text), kStrategies, "QuantizationStrategy");
 }
 QuantizationStatus parse_quantization_status(std::string_view text) {
   for (const auto& [name, value] : kStatuses)
@@ -280,7 +275,7 @@ QuantizationArgs QuantizationArgs::from_json(const Json& json, std::string_view 
   }
   if (const Json* v = field("dynamic")) {
     if (v->is_string()) {
-      const std::string d = lower(v->get<std::string>());
+      const std::string d = ascii_lower(v->get<std::string>());
       if (d != "local") fail<ConfigError>("{}: '{}' is not a valid DynamicType", ctx("dynamic"), d);
       a.dynamic = DynamicType::kLocal;
     } else {
@@ -296,7 +291,7 @@ QuantizationArgs QuantizationArgs::from_json(const Json& json, std::string_view 
             ctx("actorder"));
     } else if (v->is_string()) {
       const std::string text = v->get<std::string>();
-      const std::string l = lower(text);
+      const std::string l = ascii_lower(text);
       if (l == "group" || l == "dynamic")
         fail<ConfigError>(
             "{}: actorder='{}' has been removed. Consider using actorder='weight' or "

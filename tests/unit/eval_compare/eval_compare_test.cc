@@ -1,11 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kvq/core/error.h"
+#include "kvq/eval/builtin_recipes.h"
 #include "kvq/eval/compare.h"
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/report.h"
@@ -172,8 +176,9 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 8u);
+  EXPECT_EQ(builtin_schemes().size(), 9u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
+  EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   try {
     find_scheme("KV-FP3");
     FAIL();
@@ -183,8 +188,34 @@ TEST(Compare, SchemeTable) {
   const auto l = parse_scheme_list("baseline, KV-INT8-Head");
   ASSERT_EQ(l.size(), 2u);
   EXPECT_EQ(l[1].name, "KV-INT8-Head");
-  EXPECT_EQ(parse_scheme_list("").size(), 8u);
+  EXPECT_EQ(parse_scheme_list("").size(), 8u);  // the default ones
+  EXPECT_EQ(parse_scheme_list("KV-NVFP4-Calibrated").size(), 1u);
   EXPECT_THROW(parse_scheme_list("KV-INT8-Head,kv-int8-head"), InvalidArgument);
+}
+
+// One source of truth: every recipe in examples/recipes is compiled in byte for byte, and each
+// built-in scheme with a recipe runs one of them (none is written out twice).
+TEST(Compare, SchemesAreTheExampleRecipes) {
+  const std::filesystem::path dir = std::filesystem::path(KVQ_SOURCE_DIR) / "examples" / "recipes";
+  std::size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".yaml") continue;
+    ++files;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(builtin_recipe(e.path().filename().string()), text) << e.path();
+  }
+  EXPECT_EQ(builtin_recipes().size(), files);
+  std::set<std::string_view> used;
+  for (const SchemeDef& s : builtin_schemes()) {
+    if (s.recipe.empty()) continue;
+    bool found = false;
+    for (const BuiltinRecipe& r : builtin_recipes()) {
+      if (r.text == s.recipe) found = used.insert(r.file).second;
+    }
+    EXPECT_TRUE(found) << s.name << ": its recipe is not one of examples/recipes (or is reused)";
+  }
+  EXPECT_THROW(builtin_recipe("kv_fp3.yaml"), InvalidArgument);
 }
 
 TEST(Compare, MissingDataNamesPath) {

@@ -217,7 +217,7 @@ TEST_F(TinyPerplexity, TeacherForcedDecodeScoresTheDecodePath) {
     EXPECT_NEAR(r.window_nll_sum[1], nll_sum(l0.f32(), vocab_, p0_, 0, 6), 1e-4) << from;
   }
   opt.decode_from = 2;
-  opt.kv_cache = model::KvCacheSpec{quant::KvFormat::kINT8, {}, model::KvScaleGranularity::kHead};
+  opt.kv_cache = model::KvCacheConfig::dynamic(quant::KvFormat::kINT8);
   const PerplexityResult exact = perplexity(*model_, ids, opt);
   opt.kv_cache.int8_query_scores = true;
   const PerplexityResult q8 = perplexity(*model_, ids, opt);

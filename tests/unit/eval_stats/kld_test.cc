@@ -232,7 +232,7 @@ TEST_F(TinyKld, BaselineAgainstItselfIsZero) {
 
 TEST_F(TinyKld, LowPrecisionCacheGivesSmallPositiveKlWithinBounds) {
   KldOptions o = options_;
-  o.quant_kv = model::KvStorage::kF16;
+  o.quant_kv = model::KvCacheConfig::of(quant::KvFormat::kF16);
   o.top_k = 4;
   const KldResult exact = kld_side_by_side(*model_, *model_, tokens_, o);
   EXPECT_GT(exact.mean_kld, 0.0);
@@ -251,7 +251,8 @@ TEST_F(TinyKld, LowPrecisionCacheGivesSmallPositiveKlWithinBounds) {
 
 TEST_F(TinyKld, ResumesFromTheWindowJournalBitForBit) {
   KldOptions o = options_;
-  o.quant_kv = model::KvStorage::kF16;  // non-zero KL, so the journal carries real values
+  o.quant_kv = model::KvCacheConfig::of(
+      quant::KvFormat::kF16);  // non-zero KL, so the journal carries real values
   const LogitsCache cache = build_logits_cache(*model_, tokens_, o, 7);
   const KldResult fresh = kld_against_cache(*model_, tokens_, cache, o);
 

@@ -1,4 +1,4 @@
-// Dynamic KV scales (KvCacheSpec::dynamic_scales, kvq/model/kv_cache.h): fixed by the first
+// Dynamic KV scales (KvScales::kDynamic, kvq/model/kv_cache.h): fixed by the first
 // write that holds data, from its amax per kv head or per buffer, with compressed-tensors'
 // symmetric math; kept by later writes (which saturate); forgotten by reset(); never 0 or NaN.
 #include <gtest/gtest.h>
@@ -48,7 +48,9 @@ std::vector<float> uniform(std::size_t n, std::uint64_t seed, float bound) {
   return v;
 }
 
-KvCacheSpec dynamic_spec(KvFormat f, KvScaleGranularity g) { return {f, {}, g}; }
+KvCacheConfig dynamic_spec(KvFormat f, KvScaleGranularity g) {
+  return KvCacheConfig::dynamic(f, g);
+}
 
 // states [B, H, n, D]: element (b, h, t, i).
 std::size_t at(std::int64_t H, std::int64_t n, std::int64_t D, std::int64_t b, std::int64_t h,
@@ -223,7 +225,9 @@ TEST(DynamicKvScales, SpecRules) {
   // Given scales are used as given; only empty ones are dynamic.
   KvLayerScales ls;
   ls.k_scale = {0.5f};
-  KvCache mixed(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kINT8, {ls}, KvScaleGranularity::kHead});
+  KvCacheConfig mixed_config = KvCacheConfig::dynamic(KvFormat::kINT8, KvScaleGranularity::kHead);
+  mixed_config.layers = {ls};
+  KvCache mixed(1, 1, 2, 8, 4, mixed_config);
   EXPECT_FALSE(mixed.keys(0).dynamic(0));
   EXPECT_EQ(mixed.keys(0).scale(1), 0.5f);
   EXPECT_TRUE(mixed.values(0).dynamic(1));
@@ -231,7 +235,9 @@ TEST(DynamicKvScales, SpecRules) {
   // A NaN given is still "not calibrated", dynamic or not.
   ls.k_scale = {kNaN};
   try {
-    KvCache bad(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kINT8, {ls}, KvScaleGranularity::kHead});
+    KvCacheConfig bad_config = KvCacheConfig::dynamic(KvFormat::kINT8, KvScaleGranularity::kHead);
+    bad_config.layers = {ls};
+    KvCache bad(1, 1, 2, 8, 4, bad_config);
     ADD_FAILURE() << "NaN scale accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("k_scale[0] is nan"), std::string::npos) << e.what();
@@ -240,16 +246,18 @@ TEST(DynamicKvScales, SpecRules) {
   KvLayerScales zp;
   zp.v_zero_point = {3.0f};
   try {
-    KvCache bad(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kINT4, {zp}, KvScaleGranularity::kTensor});
+    KvCacheConfig bad_config = KvCacheConfig::dynamic(KvFormat::kINT4, KvScaleGranularity::kTensor);
+    bad_config.layers = {zp};
+    KvCache bad(1, 1, 2, 8, 4, bad_config);
     ADD_FAILURE() << "zero point with a dynamic scale accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("v_scale is dynamic"), std::string::npos) << e.what();
   }
   // Unscaled formats ignore the request; without it fp8 / int still need scales.
-  KvCache f16(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kF16, {}, KvScaleGranularity::kHead});
+  KvCache f16(1, 1, 2, 8, 4, KvCacheConfig::dynamic(KvFormat::kF16, KvScaleGranularity::kHead));
   EXPECT_FALSE(f16.has_dynamic_scales());
   EXPECT_EQ(f16.keys(0).scale(0), 1.0f);
-  EXPECT_THROW(KvCache(1, 1, 2, 8, 4, KvCacheSpec{KvFormat::kFP8E4M3, {}}), InvalidArgument);
+  EXPECT_THROW(KvCache(1, 1, 2, 8, 4, KvCacheConfig::of(KvFormat::kFP8E4M3)), InvalidArgument);
   EXPECT_TRUE(KvCache(1, 1, 2, 8, 4, KvFormat::kNVFP4).has_dynamic_scales());
   EXPECT_EQ(kv_granularity_name(KvScaleGranularity::kTensor), "tensor");
   EXPECT_EQ(kv_granularity_name(KvScaleGranularity::kHead), "head");
@@ -302,7 +310,7 @@ TEST(DynamicKvScales, ModelRunEqualsTheSameScalesGiven) {
       };
       run(dyn, a);
       const auto prompt_amax = k_amax;
-      KvCacheSpec given{f, {}};
+      KvCacheConfig given = KvCacheConfig::calibrated(f, {});
       for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
         KvLayerScales ls;
         for (std::int64_t h = 0; h < c.num_key_value_heads; ++h) {

@@ -189,7 +189,7 @@ class FakeQuantEquivalence : public ::testing::Test {
   }
 
   std::vector<float> run_packed(const Scheme& s) {
-    KvCacheSpec spec{s.format, {}};
+    KvCacheConfig spec = KvCacheConfig::calibrated(s.format, {});
     for (std::int64_t l = 0; l < model_->config().num_hidden_layers; ++l) {
       const StreamQ k = qparams(s, static_cast<std::size_t>(2 * l));
       const StreamQ v = qparams(s, static_cast<std::size_t>(2 * l + 1));

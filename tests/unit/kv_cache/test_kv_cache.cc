@@ -1,5 +1,5 @@
 // KvCache / KvBuffer: packed storage per quant::KvFormat, per-stream parameters, validation of
-// the KvCacheSpec the lifecycle hands over, dynamic nvfp4 global scales, bytes per token.
+// the KvCacheConfig the lifecycle hands over, dynamic nvfp4 global scales, bytes per token.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +27,7 @@ std::vector<float> random_states(std::size_t n, std::uint64_t seed, float sigma 
 }
 
 // The InvalidArgument message of building a 3-layer, 2-head cache from `spec`.
-std::string spec_error(const KvCacheSpec& spec) {
+std::string spec_error(const KvCacheConfig& spec) {
   try {
     KvCache c(3, 1, 2, 16, 8, spec);
   } catch (const InvalidArgument& e) {
@@ -36,24 +36,24 @@ std::string spec_error(const KvCacheSpec& spec) {
   return "";
 }
 
-KvCacheSpec int8_spec() {
+KvCacheConfig int8_spec() {
   KvLayerScales ls{{0.1f}, {0.2f, 0.3f}, {}, {}, {}, {}};
-  return {KvFormat::kINT8, {ls, ls, ls}};
+  return KvCacheConfig::calibrated(KvFormat::kINT8, {ls, ls, ls});
 }
 
-TEST(KvCacheSpec, ValidSpecsBuild) {
+TEST(KvCacheConfig, ValidSpecsBuild) {
   EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, int8_spec()));
   for (KvFormat f : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kF16, KvFormat::kNVFP4}) {
     EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, f)) << quant::kv_format_name(f);
   }
-  KvCacheSpec asym = int8_spec();
+  KvCacheConfig asym = int8_spec();
   asym.format = KvFormat::kINT4;
   asym.layers[2].v_zero_point = {-8.0f, 7.0f};
   EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, asym));
 }
 
-TEST(KvCacheSpec, BadSpecsNameLayerAndTensor) {
-  KvCacheSpec s = int8_spec();
+TEST(KvCacheConfig, BadSpecsNameLayerAndTensor) {
+  KvCacheConfig s = int8_spec();
   s.layers[1].k_scale = {0.1f, kNaN};
   std::string e = spec_error(s);
   EXPECT_NE(e.find("layer 1 k_scale[1] is nan"), std::string::npos) << e;
@@ -87,7 +87,7 @@ TEST(KvCacheSpec, BadSpecsNameLayerAndTensor) {
   s.layers[0].k_zero_point = {1.0f};
   EXPECT_NE(spec_error(s).find("fp8 has no zero point"), std::string::npos);
 
-  s = {KvFormat::kNVFP4, std::vector<KvLayerScales>(3)};
+  s = KvCacheConfig::calibrated(KvFormat::kNVFP4, std::vector<KvLayerScales>(3));
   s.layers[2].v_global_scale = {kNaN};
   EXPECT_NE(spec_error(s).find("layer 2 v_global_scale[0] is nan"), std::string::npos);
 
@@ -111,7 +111,7 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
     ls.v_scale = {0.3f};
     if (t.supports_zero_point) ls.k_zero_point = {1.0f, -2.0f, 3.0f};
     if (f == KvFormat::kNVFP4) ls.k_global_scale = {400.0f, 500.0f, 600.0f};
-    KvCache cache(1, B, H, D, cap, KvCacheSpec{f, {ls}});
+    KvCache cache(1, B, H, D, cap, KvCacheConfig::calibrated(f, {ls}));
     const auto x = random_states(static_cast<std::size_t>(B * H * 4 * D), 1);
     cache.keys(0).write(3, 4, x.data());  // rows [3, 7)
     const std::vector<float> got = cache.keys(0).read(7);
@@ -142,8 +142,9 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
 TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
   const std::int64_t layers = 30, H = 3, D = 64;
   for (const auto& t : quant::kv_format_table()) {
-    KvCacheSpec spec{t.format, {}};
+    KvCacheConfig spec = KvCacheConfig::of(t.format);
     if (t.needs_scale && t.format != KvFormat::kNVFP4) {
+      spec.scales = KvScales::kCalibrated;
       spec.layers.assign(static_cast<std::size_t>(layers), KvLayerScales{{1.0f}, {1.0f}});
     }
     KvCache cache(layers, 1, H, D, 4, spec);
@@ -187,7 +188,7 @@ TEST(KvCache, DynamicNvfp4GlobalScaleIsFixedByTheFirstWrite) {
   // Calibrated global scales survive reset().
   KvLayerScales ls;
   ls.k_global_scale = {100.0f};
-  KvCache cal(1, 1, H, D, 16, KvCacheSpec{KvFormat::kNVFP4, {ls}});
+  KvCache cal(1, 1, H, D, 16, KvCacheConfig::calibrated(KvFormat::kNVFP4, {ls}));
   cal.reset();
   EXPECT_EQ(cal.keys(0).global_scale(1), 100.0f);
   EXPECT_TRUE(std::isnan(cal.values(0).global_scale(1)));  // v stays dynamic

@@ -314,14 +314,14 @@ TEST_F(Engine, TwoModelsAreIndependent) {
 TEST_F(Engine, Bf16AndF16CachesStoreRoundedStates) {
   KvCache f32 = model_->make_cache(1, 16);
   const Tensor ref = model_->forward(kPrompt, f32, LogitsMode::kAll);
-  for (KvStorage storage : {KvStorage::kBF16, KvStorage::kF16}) {
+  for (KvFormat storage : {KvFormat::kBF16, KvFormat::kF16}) {
     KvCache low = model_->make_cache(1, 16, storage);
     EXPECT_EQ(low.bytes_per_token(), f32.bytes_per_token() / 2);
     const Tensor logits = model_->forward(kPrompt, low, LogitsMode::kAll);
     // Layer 0 sees identical inputs, so its stored keys are exactly the rounded fp32 keys.
     const std::vector<float> a = f32.keys(0).read(12), b = low.keys(0).read(12);
     for (std::size_t i = 0; i < a.size(); ++i) {
-      const float want = storage == KvStorage::kBF16 ? round_to_bf16(a[i]) : round_to_fp16(a[i]);
+      const float want = storage == KvFormat::kBF16 ? round_to_bf16(a[i]) : round_to_fp16(a[i]);
       ASSERT_EQ(b[i], want) << kernels::kv_storage_name(storage) << " " << i;
     }
     // 8 (bf16) / 11 (fp16) mantissa bits on K and V perturb logits by ~1e-2 at most here.

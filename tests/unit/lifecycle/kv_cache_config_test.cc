@@ -1,4 +1,4 @@
-// The lifecycle's packed KV cache (kv_cache_spec / make_kv_cache) on the tiny GQA Llama with
+// The lifecycle's packed KV cache (kv_cache_config / make_kv_cache) on the tiny GQA Llama with
 // calibrated scales: packed-cache logits equal the k/v fake-quant logits for every packed format
 // × granularity, KV bytes per token match the theory, and the mapping's errors.
 #include <gtest/gtest.h>
@@ -110,7 +110,7 @@ TEST_P(PackedVsFakeQuant, LogitsMatchAndBytesPerTokenAreTheory) {
   // Fake quant: the lifecycle's k/v hooks (for fp4: the NVFP4 hook above instead), f32 cache.
   std::vector<model::ScopedHook> nvfp4_hooks;
   if (c.format == KvFormat::kNVFP4) {
-    lc->set_kv_fake_quantization(false);
+    lc->set_quantization_enabled(false);  // its plain-FP4 hooks: the NVFP4 ones stand in
     for (const auto& sp : lc->states()) {
       const auto* s = sp.get();
       nvfp4_hooks.emplace_back(
@@ -126,12 +126,18 @@ TEST_P(PackedVsFakeQuant, LogitsMatchAndBytesPerTokenAreTheory) {
   model::KvCache f32 = m->make_cache(1, capacity);
   const std::vector<float> fake = run(*m, f32);
   nvfp4_hooks.clear();
+  lc->set_quantization_enabled(true);
 
   // Packed: k/v quantized once, by the cache.
   model::KvCache packed = lc->make_kv_cache(1, capacity);
-  EXPECT_FALSE(lc->kv_fake_quantization());
+  EXPECT_TRUE(packed.config().stores_calibrated_quantization());
   EXPECT_EQ(packed.format(), c.format);
   const std::vector<float> got = run(*m, packed);
+  // Nothing was switched: an f32 cache afterwards gets the hooks' fake quantization again.
+  if (c.format != KvFormat::kNVFP4) {
+    model::KvCache f32_again = m->make_cache(1, capacity);
+    EXPECT_EQ(rel_diff(run(*m, f32_again), fake), 0.0);
+  }
 
   // Same codes, same dequantized values, and the packed kernels decode each row to exactly those
   // fp32 values inside the dot products and sums, in the fp32 kernels' order: bit-identical.
@@ -170,12 +176,15 @@ INSTANTIATE_TEST_SUITE_P(Formats, PackedVsFakeQuant,
                                   (c.symmetric ? "" : "_asym");
                          });
 
-TEST(KvCacheSpec, MapsScalesPerLayerAndHead) {
+TEST(KvCacheConfig, MapsScalesPerLayerAndHead) {
   auto m = tiny();
   auto lc = apply_quantization_config(*m, kv_config("float", 8, "attn_head"));
-  EXPECT_THROW(lc->kv_cache_spec(), InvalidArgument);  // not calibrated yet
+  EXPECT_THROW(lc->kv_cache_config(), InvalidArgument);  // not calibrated yet
   calibrate(*lc, samples(), {.show_progress = false});
-  const model::KvCacheSpec spec = lc->kv_cache_spec();
+  const model::KvCacheConfig spec = lc->kv_cache_config();
+  EXPECT_EQ(spec.scales, model::KvScales::kCalibrated);
+  EXPECT_EQ(spec.granularity, model::KvScaleGranularity::kHead);
+  EXPECT_EQ(spec.label(), "fp8:head");
   ASSERT_EQ(spec.layers.size(), 3u);
   for (std::size_t l = 0; l < 3; ++l) {
     EXPECT_EQ(spec.layers[l].k_scale, lc->states()[l]->k->scale);
@@ -196,7 +205,7 @@ TEST(KvCacheSpec, MapsScalesPerLayerAndHead) {
   EXPECT_GT(rel_diff(with_q, without_q), 1e-6);
 }
 
-TEST(KvCacheSpec, PartialQuantizationNeedsFakeQuant) {
+TEST(KvCacheConfig, PartialQuantizationNeedsFakeQuant) {
   auto m = tiny();
   auto lc = apply_quantization_config(
       *m, quant::parse_quantization_config(quant::Json::parse(R"({"config_groups": {"g":
@@ -205,7 +214,7 @@ TEST(KvCacheSpec, PartialQuantizationNeedsFakeQuant) {
                                            "test"));
   calibrate(*lc, samples(), {.show_progress = false});
   try {
-    lc->kv_cache_spec();
+    lc->kv_cache_config();
     FAIL() << "expected NotSupported";
   } catch (const NotSupported& e) {
     EXPECT_NE(std::string(e.what()).find("layer 0 has no k/v quantization"), std::string::npos)

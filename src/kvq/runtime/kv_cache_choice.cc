@@ -1,25 +1,20 @@
-#include "kvq/eval/kv_cache_option.h"
-
-#include <cctype>
+#include "kvq/runtime/kv_cache_choice.h"
 
 #include <fmt/format.h>
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/core/strings.h"
 #include "kvq/lifecycle/apply.h"
 #include "kvq/model/llama_model.h"
 
-namespace kvq::eval {
+namespace kvq::runtime {
 namespace {
 
+using model::KvCacheConfig;
 using model::KvScaleGranularity;
+using model::KvScales;
 using quant::KvFormat;
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string format_names() {
   std::string s;
@@ -36,51 +31,19 @@ std::string supported_values() {
   return s;
 }
 
-// "fp8:head", "int8:head+q8"; unscaled formats have no granularity.
-std::string label_of(KvFormat format, std::optional<KvScaleGranularity> g,
-                     bool int8_query = false) {
-  std::string s(quant::kv_format_name(format));
-  if (g) {
-    // Appends only: GCC 12 reports a false -Wrestrict on `":" + std::string(...)`.
-    s.push_back(':');
-    s.append(model::kv_granularity_name(*g));
-  }
-  if (int8_query) s.append("+q8");
-  return s;
-}
-
-// The checkpoint's k/v strategy as a cache granularity (nullopt for other strategies).
-std::optional<KvScaleGranularity> checkpoint_granularity(
-    const lifecycle::QuantizationLifecycle& lc) {
-  for (const auto& s : lc.states()) {
-    if (!s->k) continue;
-    switch (s->args().strategy_or_tensor()) {
-      case quant::QuantizationStrategy::kTensor:
-        return KvScaleGranularity::kTensor;
-      case quant::QuantizationStrategy::kAttnHead:
-        return KvScaleGranularity::kHead;
-      default:
-        return std::nullopt;
-    }
-  }
-  return std::nullopt;
-}
-
-KvCacheChoice fake_choice(std::string_view ckpt_label, std::optional<KvScaleGranularity> g) {
-  KvCacheChoice c;
-  c.spec = model::KvCacheSpec{KvFormat::kF32, {}};
-  c.kv_fake_quant = true;
-  c.scales = KvScales::kCalibrated;
+// An f32 cache standing for the checkpoint's fake quantization (its hooks quantize k/v).
+KvCacheConfig fake_config(std::string ckpt_label, std::optional<KvScaleGranularity> g) {
+  KvCacheConfig c;
+  c.fake_quant = true;
+  c.fake_quant_of = std::move(ckpt_label);
   c.granularity = g;
-  c.label = ckpt_label.empty() ? "fake" : fmt::format("fake({})", ckpt_label);
   return c;
 }
 
-KvCacheChoice resolve_plain(const KvCacheOption& o, std::string_view model_name) {
-  KvCacheChoice c;
+KvCacheConfig resolve_plain(const KvCacheOption& o, std::string_view model_name) {
   switch (o.mode) {
     case KvCacheOption::Mode::kAuto:
-      return c;  // f32
+      return {};  // f32
     case KvCacheOption::Mode::kFake:
       fail<InvalidArgument>(
           "--kv-cache {}: {} is not a quantized checkpoint (its config.json has no "
@@ -90,14 +53,18 @@ KvCacheChoice resolve_plain(const KvCacheOption& o, std::string_view model_name)
     case KvCacheOption::Mode::kFormat:
       break;
   }
-  const bool scaled = quant::kv_format_traits(o.format).needs_scale;
-  if (scaled) {
-    c.granularity = o.granularity.value_or(KvScaleGranularity::kHead);
-    c.scales = KvScales::kDynamic;
-  }
-  c.spec = model::KvCacheSpec{o.format, {}, c.granularity, o.int8_query};
-  c.label = label_of(o.format, c.granularity, o.int8_query);
-  return c;
+  return KvCacheConfig::dynamic(o.format, o.granularity.value_or(KvScaleGranularity::kHead),
+                                o.int8_query);
+}
+
+// The checkpoint's own cache label without options ("fp8:head"), "" when it has no packed format.
+std::string checkpoint_label(const lifecycle::QuantizationLifecycle& lc,
+                             std::optional<KvFormat> format) {
+  if (!format) return "";
+  KvCacheConfig c;
+  c.format = *format;
+  c.granularity = lc.kv_granularity();
+  return c.label();
 }
 
 }  // namespace
@@ -105,7 +72,7 @@ KvCacheChoice resolve_plain(const KvCacheOption& o, std::string_view model_name)
 KvCacheOption parse_kv_cache_option(std::string_view text) {
   KvCacheOption o;
   o.text = std::string(text);
-  const std::string low = lower(text);
+  const std::string low = ascii_lower(text);
   if (low == "auto") return o;
   if (low == "fake") {
     o.mode = KvCacheOption::Mode::kFake;
@@ -125,7 +92,7 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
   }
   o.format = *f;
   if (colon != std::string_view::npos) {
-    const std::string g = lower(text.substr(colon + 1));
+    const std::string g = ascii_lower(text.substr(colon + 1));
     if (g == "tensor") {
       o.granularity = KvScaleGranularity::kTensor;
     } else if (g == "head") {
@@ -150,48 +117,11 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
   return o;
 }
 
-std::string_view kv_scales_name(KvScales scales) {
-  switch (scales) {
-    case KvScales::kCalibrated:
-      return "calibrated";
-    case KvScales::kDynamic:
-      return "dynamic";
-    default:
-      return "none";
-  }
-}
-
-std::string KvCacheChoice::describe() const {
-  if (kv_fake_quant) {
-    return fmt::format("{} (fake quantization with the checkpoint's scales, fp32 cache)", label);
-  }
-  switch (scales) {
-    case KvScales::kCalibrated:
-      return fmt::format("{} (calibrated scales from the checkpoint)", label);
-    case KvScales::kDynamic:
-      return fmt::format("{} (dynamic scales)", label);
-    default:
-      return label;
-  }
-}
-
-nlohmann::json KvCacheChoice::to_json() const {
-  nlohmann::json j;
-  j["kv_cache"] = label;
-  j["kv_format"] = std::string(quant::kv_format_name(spec.format));
-  j["kv_granularity"] = granularity
-                            ? nlohmann::json(std::string(model::kv_granularity_name(*granularity)))
-                            : nlohmann::json(nullptr);
-  j["kv_scales"] = std::string(kv_scales_name(scales));
-  j["kv_fake_quant"] = kv_fake_quant;
-  return j;
-}
-
-KvCacheChoice resolve_kv_cache(const KvCacheOption& o, const lifecycle::QuantizationLifecycle* lc,
+KvCacheConfig resolve_kv_cache(const KvCacheOption& o, const lifecycle::QuantizationLifecycle* lc,
                                std::string_view model_name) {
   if (lc == nullptr) return resolve_plain(o, model_name);
 
-  const std::optional<KvScaleGranularity> g = checkpoint_granularity(*lc);
+  const std::optional<KvScaleGranularity> g = lc->kv_granularity();
   std::optional<KvFormat> ckpt_format;
   std::string why_not_packed;
   try {
@@ -199,9 +129,9 @@ KvCacheChoice resolve_kv_cache(const KvCacheOption& o, const lifecycle::Quantiza
   } catch (const NotSupported& e) {
     why_not_packed = e.what();
   }
-  const std::string ckpt_label = ckpt_format ? label_of(*ckpt_format, g) : "";
+  const std::string ckpt_label = checkpoint_label(*lc, ckpt_format);
 
-  if (o.mode == KvCacheOption::Mode::kFake) return fake_choice(ckpt_label, g);
+  if (o.mode == KvCacheOption::Mode::kFake) return fake_config(ckpt_label, g);
   if (o.mode == KvCacheOption::Mode::kFormat) {
     const bool same_format = ckpt_format && *ckpt_format == o.format;
     const bool same_granularity = !o.granularity || o.granularity == g;
@@ -220,39 +150,51 @@ KvCacheChoice resolve_kv_cache(const KvCacheOption& o, const lifecycle::Quantiza
           o.text, model_name, ckpt_label, ckpt_label);
     }
   }
-  KvCacheChoice c;
+  KvCacheConfig c;
   try {
-    c.spec = lc->kv_cache_spec();
+    c = lc->kv_cache_config();
   } catch (const NotSupported& e) {
     if (o.mode == KvCacheOption::Mode::kFormat) throw;
     log::warn(
         "{}: no packed KV cache for this checkpoint ({}); running its fake quantization "
         "with an fp32 cache",
         model_name, e.what());
-    return fake_choice(ckpt_label, g);
+    return fake_config(ckpt_label, g);
   }
-  c.spec.int8_query_scores = o.int8_query;  // only with an int8 FORMAT (parse_kv_cache_option)
-  c.scales = KvScales::kCalibrated;
-  c.granularity = g;
-  c.label = label_of(c.spec.format, g, o.int8_query);
+  c.int8_query_scores = o.int8_query;  // only with an int8 FORMAT (parse_kv_cache_option)
   return c;
 }
 
-void apply_kv_cache_choice(const KvCacheChoice& choice, lifecycle::QuantizationLifecycle* lc) {
-  if (lc != nullptr) lc->set_kv_fake_quantization(choice.kv_fake_quant);
+KvCacheConfig resolve_kv_cache(std::string_view option,
+                               const lifecycle::QuantizationLifecycle* lifecycle,
+                               std::string_view model_name) {
+  return resolve_kv_cache(parse_kv_cache_option(option), lifecycle, model_name);
 }
 
-std::int64_t kv_bytes_per_token(const model::LlamaModel& model, const KvCacheChoice& choice) {
-  return model.make_cache(1, 1, choice.spec).bytes_per_token();
+nlohmann::json kv_cache_json(const KvCacheConfig& c) {
+  nlohmann::json j;
+  j["kv_cache"] = c.label();
+  j["kv_format"] = std::string(quant::kv_format_name(c.format));
+  j["kv_granularity"] =
+      c.granularity ? nlohmann::json(std::string(model::kv_granularity_name(*c.granularity)))
+                    : nlohmann::json(nullptr);
+  j["kv_scales"] =
+      std::string(model::kv_scales_name(c.fake_quant ? KvScales::kCalibrated : c.scales));
+  j["kv_fake_quant"] = c.fake_quant;
+  return j;
 }
 
-std::string dynamic_scales_note(const KvCacheChoice& choice, std::string_view first_write) {
-  if (choice.scales != KvScales::kDynamic) return "";
-  const bool head = choice.granularity == KvScaleGranularity::kHead;
+std::int64_t kv_bytes_per_token(const model::LlamaModel& model, const KvCacheConfig& config) {
+  return model.make_cache(1, 1, config).bytes_per_token();
+}
+
+std::string dynamic_scales_note(const KvCacheConfig& c, std::string_view first_write) {
+  if (c.scales != KvScales::kDynamic) return "";
+  const bool head = c.granularity.value_or(KvScaleGranularity::kHead) == KvScaleGranularity::kHead;
   return fmt::format(
       "note: {} KV scales are dynamic: fixed from the absmax of {} ({}); `kvq oneshot` "
       "calibrates them on a dataset",
-      choice.label, first_write, head ? "per kv head" : "per layer's K and V");
+      c.label(), first_write, head ? "per kv head" : "per layer's K and V");
 }
 
 std::string kv_cache_flag_help(bool list) {
@@ -266,4 +208,4 @@ std::string kv_cache_flag_help(bool list) {
       list ? "s, comma-separated" : "", format_names());
 }
 
-}  // namespace kvq::eval
+}  // namespace kvq::runtime

@@ -1,5 +1,5 @@
 // The calibrated / loaded k/v quantization of a lifecycle as a packed KV cache
-// (model::KvCacheSpec).
+// (model::KvCacheConfig with calibrated scales).
 //
 // The cache encodes a row with quant::quantize_row(format, x, scale, zero_point, global_scale),
 // which is compressed-tensors' fake_quantize with the same qparams (kvq/quant/formats.h), so a
@@ -19,6 +19,7 @@
 namespace kvq::lifecycle {
 
 using quant::KvFormat;
+using quant::QuantizationStrategy;
 using quant::QuantizationType;
 
 namespace {
@@ -68,9 +69,26 @@ KvFormat QuantizationLifecycle::kv_format() const {
       args->num_bits, quant::to_string(args->type));
 }
 
-model::KvCacheSpec QuantizationLifecycle::kv_cache_spec() const {
-  model::KvCacheSpec spec;
+std::optional<model::KvScaleGranularity> QuantizationLifecycle::kv_granularity() const {
+  for (const auto& s : states_) {
+    if (!s->k) continue;
+    switch (s->args().strategy_or_tensor()) {
+      case QuantizationStrategy::kTensor:
+        return model::KvScaleGranularity::kTensor;
+      case QuantizationStrategy::kAttnHead:
+        return model::KvScaleGranularity::kHead;
+      default:
+        return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+model::KvCacheConfig QuantizationLifecycle::kv_cache_config() const {
+  model::KvCacheConfig spec;
   spec.format = kv_format();
+  spec.scales = model::KvScales::kCalibrated;
+  spec.granularity = kv_granularity();
   const auto layers = model_->config().num_hidden_layers;
   std::vector<const QuantizedAttentionState*> by_layer(static_cast<std::size_t>(layers), nullptr);
   for (const auto& s : states_)
@@ -95,10 +113,9 @@ model::KvCacheSpec QuantizationLifecycle::kv_cache_spec() const {
   return spec;
 }
 
-model::KvCache QuantizationLifecycle::make_kv_cache(std::int64_t batch, std::int64_t capacity) {
-  model::KvCache cache = model_->make_cache(batch, capacity, kv_cache_spec());
-  set_kv_fake_quantization(false);
-  return cache;
+model::KvCache QuantizationLifecycle::make_kv_cache(std::int64_t batch,
+                                                    std::int64_t capacity) const {
+  return model_->make_cache(batch, capacity, kv_cache_config());
 }
 
 }  // namespace kvq::lifecycle

@@ -1,4 +1,4 @@
-// `--kv-cache` parsing and resolution (kvq/eval/kv_cache_option.h) on the tiny GQA Llama: plain
+// `--kv-cache` parsing and resolution (kvq/runtime/kv_cache_choice.h) on the tiny GQA Llama: plain
 // model (f32 / unscaled / dynamic low-bit), a calibrated lifecycle standing in for a quantized
 // checkpoint (packed by default, fake on request, disagreeing formats refused), and the
 // fallback to fake quantization when the checkpoint cannot be packed.
@@ -10,17 +10,19 @@
 #include <fmt/format.h>
 
 #include "kvq/core/error.h"
-#include "kvq/eval/kv_cache_option.h"
 #include "kvq/lifecycle/apply.h"
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/model/llama_model.h"
 #include "kvq/quant/recipe.h"
+#include "kvq/runtime/kv_cache_choice.h"
 #include "support/test_paths.h"
 
-namespace kvq::eval {
+namespace kvq::runtime {
 namespace {
 
+using model::KvCacheConfig;
 using model::KvScaleGranularity;
+using model::KvScales;
 using quant::KvFormat;
 using Mode = KvCacheOption::Mode;
 
@@ -93,24 +95,23 @@ TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
   EXPECT_THROW(parse_kv_cache_option("bf16+q8"), NotSupported);
 
   const auto m = tiny();
-  const KvCacheChoice c = resolve_kv_cache(parse_kv_cache_option("int8+q8"), nullptr, "tiny");
-  EXPECT_EQ(c.label, "int8:head+q8");
-  EXPECT_TRUE(c.spec.int8_query_scores);
-  const model::KvCache cache = m->make_cache(1, 4, c.spec);
+  const KvCacheConfig c = resolve_kv_cache("int8+q8", nullptr, "tiny");
+  EXPECT_EQ(c.label(), "int8:head+q8");
+  EXPECT_TRUE(c.int8_query_scores);
+  const model::KvCache cache = m->make_cache(1, 4, c);
   EXPECT_TRUE(cache.keys(0).rows(0, 0).int8_query_scores);
   EXPECT_FALSE(cache.values(0).rows(0, 0).int8_query_scores);
-  EXPECT_FALSE(
-      m->make_cache(1, 4, resolve_kv_cache(parse_kv_cache_option("int8"), nullptr, "tiny").spec)
-          .keys(0)
-          .rows(0, 0)
-          .int8_query_scores);
-  model::KvCacheSpec bf16{KvFormat::kBF16, {}};
+  EXPECT_FALSE(m->make_cache(1, 4, resolve_kv_cache("int8", nullptr, "tiny"))
+                   .keys(0)
+                   .rows(0, 0)
+                   .int8_query_scores);
+  KvCacheConfig bf16 = KvCacheConfig::of(KvFormat::kBF16);
   bf16.int8_query_scores = true;
   EXPECT_THROW(m->make_cache(1, 4, bf16), InvalidArgument);
   // nvfp4 takes +q8 with whole 64-value chunks only; the tiny model's heads are smaller.
   EXPECT_TRUE(parse_kv_cache_option("nvfp4:head+q8").int8_query);
   ASSERT_NE(m->config().head_dim % 64, 0);
-  model::KvCacheSpec nvfp4{KvFormat::kNVFP4, {}};
+  KvCacheConfig nvfp4 = KvCacheConfig::of(KvFormat::kNVFP4);
   nvfp4.int8_query_scores = true;
   try {
     m->make_cache(1, 4, nvfp4);
@@ -124,41 +125,40 @@ TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
 
 TEST(KvCacheOption, PlainModelGetsUnscaledOrDynamicCaches) {
   const auto m = tiny();
-  const auto resolve = [&](std::string_view t) {
-    return resolve_kv_cache(parse_kv_cache_option(t), nullptr, "tiny");
-  };
-  KvCacheChoice c = resolve("auto");
-  EXPECT_EQ(c.label, "f32");
+  const auto resolve = [&](std::string_view t) { return resolve_kv_cache(t, nullptr, "tiny"); };
+  KvCacheConfig c = resolve("auto");
+  EXPECT_EQ(c.label(), "f32");
   EXPECT_EQ(c.scales, KvScales::kNone);
-  EXPECT_FALSE(c.spec.dynamic_scales);
+  EXPECT_FALSE(c.granularity);
   EXPECT_EQ(dynamic_scales_note(c, "the prompt"), "");
 
   c = resolve("bf16");
-  EXPECT_EQ(c.label, "bf16");
-  EXPECT_EQ(c.format(), KvFormat::kBF16);
+  EXPECT_EQ(c.label(), "bf16");
+  EXPECT_EQ(c.format, KvFormat::kBF16);
   EXPECT_FALSE(c.granularity);
 
   c = resolve("int8");
-  EXPECT_EQ(c.label, "int8:head");
+  EXPECT_EQ(c.label(), "int8:head");
   EXPECT_EQ(c.scales, KvScales::kDynamic);
-  EXPECT_EQ(c.spec.dynamic_scales, KvScaleGranularity::kHead);
-  EXPECT_TRUE(c.spec.layers.empty());
+  EXPECT_EQ(c.granularity, KvScaleGranularity::kHead);
+  EXPECT_TRUE(c.layers.empty());
   EXPECT_NE(dynamic_scales_note(c, "the prompt")
                 .find("fixed from the absmax of the prompt (per "
                       "kv head); `kvq oneshot` calibrates"),
             std::string::npos);
-  EXPECT_TRUE(m->make_cache(1, 4, c.spec).has_dynamic_scales());
+  EXPECT_TRUE(m->make_cache(1, 4, c).has_dynamic_scales());
 
   c = resolve("nvfp4:tensor");
-  EXPECT_EQ(c.label, "nvfp4:tensor");
-  EXPECT_EQ(c.spec.dynamic_scales, KvScaleGranularity::kTensor);
-  const nlohmann::json j = c.to_json();
+  EXPECT_EQ(c.label(), "nvfp4:tensor");
+  EXPECT_EQ(c.scales, KvScales::kDynamic);
+  EXPECT_EQ(c.granularity, KvScaleGranularity::kTensor);
+  const nlohmann::json j = kv_cache_json(c);
   EXPECT_EQ(j["kv_cache"], "nvfp4:tensor");
   EXPECT_EQ(j["kv_format"], "nvfp4");
   EXPECT_EQ(j["kv_granularity"], "tensor");
   EXPECT_EQ(j["kv_scales"], "dynamic");
   EXPECT_EQ(j["kv_fake_quant"], false);
-  EXPECT_TRUE(resolve("f32").to_json()["kv_granularity"].is_null());
+  EXPECT_TRUE(kv_cache_json(resolve("f32"))["kv_granularity"].is_null());
 
   // Bytes per token: 2 (k, v) · layers · kv heads · row bytes.
   const auto& cfg = m->config();
@@ -197,33 +197,28 @@ TEST(KvCacheOption, CheckpointRunsItsPackedCacheOrItsFakeQuantization) {
   auto m = tiny();
   auto lc = lifecycle::apply_quantization_config(*m, kv_config("attn_head"));
   calibrate_tiny(*lc);
-  const auto resolve = [&](std::string_view t) {
-    return resolve_kv_cache(parse_kv_cache_option(t), lc.get(), "ckpt");
-  };
+  const auto resolve = [&](std::string_view t) { return resolve_kv_cache(t, lc.get(), "ckpt"); };
   for (const char* t : {"auto", "fp8", "fp8:head", "float8_e4m3fn"}) {
-    const KvCacheChoice c = resolve(t);
-    EXPECT_EQ(c.label, "fp8:head") << t;
+    const KvCacheConfig c = resolve(t);
+    EXPECT_EQ(c.label(), "fp8:head") << t;
     EXPECT_EQ(c.scales, KvScales::kCalibrated) << t;
-    EXPECT_FALSE(c.kv_fake_quant);
-    EXPECT_EQ(c.spec.format, KvFormat::kFP8E4M3);
-    EXPECT_FALSE(c.spec.dynamic_scales);
-    // The lifecycle's own spec: its calibrated per-head scales.
-    const model::KvCacheSpec want = lc->kv_cache_spec();
-    ASSERT_EQ(c.spec.layers.size(), want.layers.size());
-    EXPECT_EQ(c.spec.layers[1].v_scale, want.layers[1].v_scale);
+    EXPECT_FALSE(c.fake_quant);
+    EXPECT_EQ(c.format, KvFormat::kFP8E4M3);
+    EXPECT_TRUE(c.stores_calibrated_quantization());
+    // The lifecycle's own config: its calibrated per-head scales.
+    const KvCacheConfig want = lc->kv_cache_config();
+    ASSERT_EQ(c.layers.size(), want.layers.size());
+    EXPECT_EQ(c.layers[1].v_scale, want.layers[1].v_scale);
     EXPECT_EQ(c.describe(), "fp8:head (calibrated scales from the checkpoint)");
   }
-  const KvCacheChoice packed = resolve("auto");
-  apply_kv_cache_choice(packed, lc.get());
-  EXPECT_FALSE(lc->kv_fake_quantization()) << "the packed cache quantizes k/v, not the hooks";
 
-  const KvCacheChoice fake = resolve("fake");
-  EXPECT_EQ(fake.label, "fake(fp8:head)");
-  EXPECT_TRUE(fake.kv_fake_quant);
-  EXPECT_EQ(fake.spec.format, KvFormat::kF32);
-  EXPECT_EQ(fake.to_json()["kv_scales"], "calibrated");
-  apply_kv_cache_choice(fake, lc.get());
-  EXPECT_TRUE(lc->kv_fake_quantization());
+  const KvCacheConfig fake = resolve("fake");
+  EXPECT_EQ(fake.label(), "fake(fp8:head)");
+  EXPECT_TRUE(fake.fake_quant);
+  EXPECT_EQ(fake.format, KvFormat::kF32);
+  EXPECT_FALSE(fake.stores_calibrated_quantization()) << "the hooks quantize k/v, not the cache";
+  EXPECT_EQ(kv_cache_json(fake)["kv_scales"], "calibrated");
+  EXPECT_EQ(kv_cache_json(fake)["kv_fake_quant"], true);
 
   for (const char* t : {"int8", "fp8:tensor", "f32", "nvfp4"}) {
     try {
@@ -244,9 +239,8 @@ TEST(KvCacheOption, CheckpointRunsItsPackedCacheOrItsFakeQuantization) {
   auto m2 = tiny();
   auto lc2 = lifecycle::apply_quantization_config(*m2, kv_config("tensor"));
   calibrate_tiny(*lc2);
-  EXPECT_EQ(resolve_kv_cache(parse_kv_cache_option("auto"), lc2.get(), "ckpt").label, "fp8:tensor");
-  EXPECT_EQ(resolve_kv_cache(parse_kv_cache_option("fp8:tensor"), lc2.get(), "ckpt").label,
-            "fp8:tensor");
+  EXPECT_EQ(resolve_kv_cache("auto", lc2.get(), "ckpt").label(), "fp8:tensor");
+  EXPECT_EQ(resolve_kv_cache("fp8:tensor", lc2.get(), "ckpt").label(), "fp8:tensor");
 }
 
 // A checkpoint whose attention is quantized in some layers only has no single packed format:
@@ -261,11 +255,11 @@ TEST(KvCacheOption, UnpackableCheckpointFallsBackToFakeQuantization) {
       "test");
   auto lc = lifecycle::apply_quantization_config(*m, config);
   calibrate_tiny(*lc);
-  const KvCacheChoice c = resolve_kv_cache(parse_kv_cache_option("auto"), lc.get(), "ckpt");
-  EXPECT_TRUE(c.kv_fake_quant);
-  EXPECT_EQ(c.label, "fake(fp8:tensor)");
-  EXPECT_THROW(resolve_kv_cache(parse_kv_cache_option("fp8"), lc.get(), "ckpt"), NotSupported);
+  const KvCacheConfig c = resolve_kv_cache("auto", lc.get(), "ckpt");
+  EXPECT_TRUE(c.fake_quant);
+  EXPECT_EQ(c.label(), "fake(fp8:tensor)");
+  EXPECT_THROW(resolve_kv_cache("fp8", lc.get(), "ckpt"), NotSupported);
 }
 
 }  // namespace
-}  // namespace kvq::eval
+}  // namespace kvq::runtime

@@ -1,6 +1,6 @@
 // Opening a Hugging Face model directory for evaluation and generation: the Llama model (and a
 // quantized checkpoint's quantization), its tokenizer, generation_config.json and the set of
-// token ids that end a generation. The `--kv-cache` flag is in kv_cache_option.h.
+// token ids that end a generation. The `--kv-cache` flag is in kv_cache_choice.h.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include "kvq/model/llama_model.h"
 #include "kvq/tokenizer/tokenizer.h"
 
-namespace kvq::eval {
+namespace kvq::runtime {
 
 struct ModelSource {
   std::filesystem::path dir;
@@ -47,4 +47,4 @@ ModelSource open_model_source(const std::filesystem::path& model_dir,
 // The whole file as bytes (no newline conversion). IoError naming the path.
 std::string read_file_bytes(const std::filesystem::path& path);
 
-}  // namespace kvq::eval
+}  // namespace kvq::runtime

@@ -1,4 +1,4 @@
-#include "kvq/eval/model_source.h"
+#include "kvq/runtime/model_source.h"
 
 #include <algorithm>
 #include <fstream>
@@ -8,7 +8,7 @@
 #include "kvq/core/error.h"
 #include "kvq/lifecycle/checkpoint.h"
 
-namespace kvq::eval {
+namespace kvq::runtime {
 
 std::vector<std::int64_t> ModelSource::eos_ids() const {
   std::vector<std::int64_t> ids = model->config().eos_token_ids;
@@ -62,4 +62,4 @@ std::string read_file_bytes(const std::filesystem::path& path) {
   return ss.str();
 }
 
-}  // namespace kvq::eval
+}  // namespace kvq::runtime
