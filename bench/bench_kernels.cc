@@ -21,7 +21,7 @@
 #include "kvq/core/dtype.h"
 #include "kvq/kernels/cpu/attention.h"
 #include "kvq/kernels/cpu/linear.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/quant/formats.h"
 
 namespace {
@@ -239,8 +239,8 @@ BENCHMARK(BM_StreamRead)
     ->UseRealTime();
 
 // A random model with SmolLM2-135M's shapes (30 layers, hidden 576, 9/3 heads, vocab 49152).
-kvq::model::LlamaModel& smollm_shaped() {
-  static std::unique_ptr<kvq::model::LlamaModel> model = [] {
+kvq::model::CausalLM& smollm_shaped() {
+  static std::unique_ptr<kvq::model::CausalLM> model = [] {
     kvq::io::ModelConfig c;
     c.hidden_size = 576;
     c.intermediate_size = 1536;
@@ -272,7 +272,7 @@ kvq::model::LlamaModel& smollm_shaped() {
       add(p + ".input_layernorm.weight", {576});
       add(p + ".post_attention_layernorm.weight", {576});
     }
-    return kvq::model::LlamaModel::from_weights(c, w, "bench");
+    return kvq::model::CausalLM::from_weights(c, w, "bench");
   }();
   return *model;
 }
@@ -313,7 +313,7 @@ void BM_ModelDecode128(benchmark::State& state) {
 }
 BENCHMARK(BM_ModelDecode128)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// One decode step of `batch` sequences at context 1024 each (LlamaModel::decode_step); tok/s
+// One decode step of `batch` sequences at context 1024 each (CausalLM::decode_step); tok/s
 // counts every sequence's token.
 void BM_ModelDecodeBatch(benchmark::State& state) {
   auto& model = smollm_shaped();

@@ -11,7 +11,7 @@
 #include "kvq/core/log.h"
 #include "kvq/eval/throughput.h"
 #include "kvq/lifecycle/checkpoint.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/runtime/kv_cache_choice.h"
 
 namespace kvq::cli {
@@ -34,7 +34,7 @@ void run_bench_cmd(BenchArgs& a) {
   // The tokenizer is not needed; a quantized checkpoint's quantization is. One model per weight
   // dtype, all loaded up front so run_bench measures them side by side.
   std::vector<lifecycle::QuantizedModel> loaded;
-  std::vector<model::LlamaModel*> models;
+  std::vector<model::CausalLM*> models;
   for (DType w : weight_dtypes) {
     loaded.push_back(lifecycle::QuantizedModel::load(a.model_dir, model::LoadOptions{w}));
     models.push_back(loaded.back().model.get());

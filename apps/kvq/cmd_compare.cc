@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/compare.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 namespace kvq::cli {
 namespace {

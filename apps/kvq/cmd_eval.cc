@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/eval/compare.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/runtime/model_source.h"
 
 namespace kvq::cli {

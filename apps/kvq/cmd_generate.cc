@@ -65,7 +65,7 @@ void run_generate(const GenerateArgs& a) {
   runtime::ModelSource src =
       runtime::open_model_source(a.model_dir, /*with_quantization=*/true, load);
   const tok::Tokenizer& tokenizer = *src.tokenizer;
-  model::LlamaModel& llm = *src.model;
+  model::CausalLM& llm = *src.model;
   const model::KvCacheConfig kv =
       runtime::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
   if (const std::string note = runtime::dynamic_scales_note(kv, "the prompt"); !note.empty()) {

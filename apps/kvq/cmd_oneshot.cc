@@ -43,7 +43,7 @@ void run_oneshot(const OneshotArgs& a) {
   if (a.max_seq_length <= 0)
     fail<InvalidArgument>("--max-seq-length must be > 0, got {}", a.max_seq_length);
   const quant::QuantizationConfig config = quant::load_recipe(a.recipe);
-  auto model = model::LlamaModel::load(a.model);
+  auto model = model::CausalLM::load(a.model);
   if (a.max_seq_length > model->config().max_position_embeddings)
     fail<InvalidArgument>("--max-seq-length {} is beyond {}'s context (max_position_embeddings {})",
                           a.max_seq_length, a.model, model->config().max_position_embeddings);

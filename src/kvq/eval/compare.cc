@@ -282,7 +282,7 @@ KldOptions kld_options(const EvalOptions& o) {
 
 // Decode tokens/s: prefill `context` WikiText tokens into a cache of the given spec, then time
 // single-token forwards (median of 3 repeats of `steps` steps).
-double measure_decode(model::LlamaModel& m, const model::KvCacheConfig& kv,
+double measure_decode(model::CausalLM& m, const model::KvCacheConfig& kv,
                       std::span<const std::int32_t> text, std::int64_t context,
                       std::int64_t steps) {
   if (steps <= 0 || static_cast<std::int64_t>(text.size()) < context + steps) return 0.0;

@@ -14,7 +14,7 @@
 #include "kvq/eval/logits_cache.h"
 #include "kvq/eval/py_random.h"
 #include "kvq/io/jsonl_journal.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/model/sampler.h"
 #include "kvq/tokenizer/tokenizer.h"
 
@@ -136,7 +136,7 @@ struct InFlight {
 
 class GreedyGenerator {
  public:
-  GreedyGenerator(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
+  GreedyGenerator(model::CausalLM& model, const tok::Tokenizer& tokenizer,
                   const Gsm8kOptions& options)
       : model_(model), tokenizer_(tokenizer), options_(options) {
     if (options.max_new_tokens < 1) {
@@ -149,7 +149,7 @@ class GreedyGenerator {
   }
 
   // Generates every prompt, up to options.batch at a time: each prompt is prefilled alone, then
-  // the prompts in flight decode together, one token each per step (LlamaModel::decode_step,
+  // the prompts in flight decode together, one token each per step (CausalLM::decode_step,
   // bit-identical to decoding each alone). A finished prompt's slot goes to the next prompt.
   // `done(i, generation)` is called as prompt i finishes (not in order).
   void run(const std::vector<std::string>& prompts,
@@ -222,7 +222,7 @@ class GreedyGenerator {
             g.prompt_tokens, static_cast<std::int64_t>(g.generated.size())};
   }
 
-  model::LlamaModel& model_;
+  model::CausalLM& model_;
   const tok::Tokenizer& tokenizer_;
   const Gsm8kOptions& options_;
   std::vector<std::int32_t> eos_;
@@ -231,8 +231,7 @@ class GreedyGenerator {
 
 }  // namespace
 
-std::vector<Gsm8kGeneration> gsm8k_generate(model::LlamaModel& model,
-                                            const tok::Tokenizer& tokenizer,
+std::vector<Gsm8kGeneration> gsm8k_generate(model::CausalLM& model, const tok::Tokenizer& tokenizer,
                                             const std::vector<std::string>& prompts,
                                             const Gsm8kOptions& options) {
   std::vector<Gsm8kGeneration> out(prompts.size());
@@ -277,7 +276,7 @@ std::map<std::int64_t, std::pair<std::uint64_t, Gsm8kGeneration>> read_records(
 
 }  // namespace
 
-Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
+Gsm8kResult run_gsm8k(model::CausalLM& model, const tok::Tokenizer& tokenizer,
                       const Gsm8kOptions& options) {
   if (options.limit < 0) fail<InvalidArgument>("gsm8k: limit must be >= 0");
   const auto test = load_gsm8k(options.data_dir / "test.jsonl");

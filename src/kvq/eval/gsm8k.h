@@ -32,7 +32,7 @@
 #include "kvq/model/kv_cache.h"
 
 namespace kvq::model {
-class LlamaModel;
+class CausalLM;
 }
 namespace kvq::tok {
 class Tokenizer;
@@ -120,12 +120,11 @@ std::string gsm8k_prompt(const tok::ChatTemplate& chat_template,
 
 // Greedy generation of each prompt with lm-eval's stopping rules (see above), options.batch at a
 // time.
-std::vector<Gsm8kGeneration> gsm8k_generate(model::LlamaModel& model,
-                                            const tok::Tokenizer& tokenizer,
+std::vector<Gsm8kGeneration> gsm8k_generate(model::CausalLM& model, const tok::Tokenizer& tokenizer,
                                             const std::vector<std::string>& prompts,
                                             const Gsm8kOptions& options);
 
-Gsm8kResult run_gsm8k(model::LlamaModel& model, const tok::Tokenizer& tokenizer,
+Gsm8kResult run_gsm8k(model::CausalLM& model, const tok::Tokenizer& tokenizer,
                       const Gsm8kOptions& options);
 
 }  // namespace kvq::eval

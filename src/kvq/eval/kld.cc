@@ -14,7 +14,7 @@
 #include "kvq/eval/perplexity.h"
 #include "kvq/eval/stats.h"
 #include "kvq/io/jsonl_journal.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 namespace kvq::eval {
 namespace {
@@ -92,7 +92,7 @@ std::vector<PerplexityWindow> windows_for(std::span<const std::int32_t> tokens,
 }
 
 // Runs `model` on a window; returns final-norm hidden states [len, hidden].
-Tensor window_hidden(model::LlamaModel& model, std::span<const std::int32_t> tokens,
+Tensor window_hidden(model::CausalLM& model, std::span<const std::int32_t> tokens,
                      const PerplexityWindow& w, const model::KvCacheConfig& kv,
                      const std::function<void(model::KvCache&)>& prepare = {}) {
   model::KvCache cache = model.make_cache(1, w.end - w.begin, kv);
@@ -104,7 +104,7 @@ Tensor window_hidden(model::LlamaModel& model, std::span<const std::int32_t> tok
 
 // Calls fn(row, target, logits [rows, vocab]) for each chunk of scored rows of a window.
 template <class F>
-void for_each_chunk(model::LlamaModel& model, const Tensor& hidden, const PerplexityWindow& w,
+void for_each_chunk(model::CausalLM& model, const Tensor& hidden, const PerplexityWindow& w,
                     std::int64_t chunk, std::vector<float>& logits, F&& fn) {
   const std::int64_t hid = model.config().hidden_size;
   const std::int64_t first_row = w.score_begin - w.begin - 1;  // row r predicts begin + r + 1
@@ -246,7 +246,7 @@ TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
   return t;
 }
 
-KldResult kld_side_by_side(model::LlamaModel& base, model::LlamaModel& quant,
+KldResult kld_side_by_side(model::CausalLM& base, model::CausalLM& quant,
                            std::span<const std::int32_t> tokens, const KldOptions& options) {
   check_options(options);
   if (base.config().vocab_size != quant.config().vocab_size) {
@@ -319,7 +319,7 @@ LogitsCacheHeader logits_cache_header(std::uint64_t model_hash, std::int64_t voc
   return h;
 }
 
-LogitsCache build_logits_cache(model::LlamaModel& base, std::span<const std::int32_t> tokens,
+LogitsCache build_logits_cache(model::CausalLM& base, std::span<const std::int32_t> tokens,
                                const KldOptions& options, std::uint64_t model_hash,
                                const std::optional<std::filesystem::path>& path) {
   const std::int64_t vocab = base.config().vocab_size;
@@ -435,7 +435,7 @@ std::map<std::int64_t, std::vector<TokenKl>> read_window_records(
 
 }  // namespace
 
-KldResult kld_against_cache(model::LlamaModel& quant, std::span<const std::int32_t> tokens,
+KldResult kld_against_cache(model::CausalLM& quant, std::span<const std::int32_t> tokens,
                             const LogitsCache& cache, const KldOptions& options) {
   check_options(options);
   const std::int64_t vocab = quant.config().vocab_size;

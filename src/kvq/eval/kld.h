@@ -42,7 +42,7 @@
 #include "kvq/model/kv_cache.h"
 
 namespace kvq::model {
-class LlamaModel;
+class CausalLM;
 }
 
 namespace kvq::eval {
@@ -107,7 +107,7 @@ TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
 
 // Exact KLD: `base` and `quant` evaluated window by window (they may be different objects or,
 // for a self-check, the same one). InvalidArgument on bad options or < 2 tokens.
-KldResult kld_side_by_side(model::LlamaModel& base, model::LlamaModel& quant,
+KldResult kld_side_by_side(model::CausalLM& base, model::CausalLM& quant,
                            std::span<const std::int32_t> tokens, const KldOptions& options);
 
 // The cache header these tokens / options / model give.
@@ -117,13 +117,13 @@ LogitsCacheHeader logits_cache_header(std::uint64_t model_hash, std::int64_t voc
 
 // Baseline top-K distributions. With a path: reuses a matching cache file, else computes
 // (resuming "<path>.partial") and writes it atomically.
-LogitsCache build_logits_cache(model::LlamaModel& base, std::span<const std::int32_t> tokens,
+LogitsCache build_logits_cache(model::CausalLM& base, std::span<const std::int32_t> tokens,
                                const KldOptions& options, std::uint64_t model_hash,
                                const std::optional<std::filesystem::path>& path = std::nullopt);
 
 // KLD of `quant` against a cached baseline. InvalidArgument when the cache does not belong to
 // these tokens / options (header mismatch).
-KldResult kld_against_cache(model::LlamaModel& quant, std::span<const std::int32_t> tokens,
+KldResult kld_against_cache(model::CausalLM& quant, std::span<const std::int32_t> tokens,
                             const LogitsCache& cache, const KldOptions& options);
 
 }  // namespace kvq::eval

@@ -9,7 +9,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/progress.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 namespace kvq::eval {
 
@@ -51,8 +51,8 @@ namespace {
 
 // The final-norm hidden states of ids [batch, len]: [batch, len, hidden]. decode_from > 0
 // (batch 1): a prefill of the first decode_from tokens, then one decode forward per token.
-Tensor forward_window(model::LlamaModel& model, std::span<const std::int32_t> ids,
-                      std::int64_t batch, std::int64_t decode_from, model::KvCache& cache) {
+Tensor forward_window(model::CausalLM& model, std::span<const std::int32_t> ids, std::int64_t batch,
+                      std::int64_t decode_from, model::KvCache& cache) {
   const std::int64_t len = static_cast<std::int64_t>(ids.size()) / batch;
   if (decode_from <= 0 || decode_from >= len) return model.forward_hidden(ids, batch, cache);
   KVQ_CHECK(batch == 1, "teacher-forced decode runs one window at a time");
@@ -70,7 +70,7 @@ Tensor forward_window(model::LlamaModel& model, std::span<const std::int32_t> id
 
 }  // namespace
 
-PerplexityResult perplexity(model::LlamaModel& model, std::span<const std::int32_t> tokens,
+PerplexityResult perplexity(model::CausalLM& model, std::span<const std::int32_t> tokens,
                             const PerplexityOptions& options) {
   const std::int64_t n = static_cast<std::int64_t>(tokens.size());
   if (n < 2) fail<InvalidArgument>("perplexity: need at least 2 tokens, got {}", n);

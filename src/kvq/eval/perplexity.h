@@ -30,7 +30,7 @@
 #include "kvq/model/kv_cache.h"
 
 namespace kvq::model {
-class LlamaModel;
+class CausalLM;
 }
 
 namespace kvq::eval {
@@ -78,7 +78,7 @@ struct PerplexityResult {
 double token_nll(std::span<const float> logits, std::int32_t target);
 
 // InvalidArgument when there are fewer than 2 tokens or an option is out of range.
-PerplexityResult perplexity(model::LlamaModel& model, std::span<const std::int32_t> tokens,
+PerplexityResult perplexity(model::CausalLM& model, std::span<const std::int32_t> tokens,
                             const PerplexityOptions& options);
 
 }  // namespace kvq::eval

@@ -13,7 +13,7 @@
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/core/threading.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/runtime/kv_cache_choice.h"
 
 namespace kvq::eval {
@@ -96,7 +96,7 @@ double measure_sgemm_gflops(int n, int repeats) {
   return best;
 }
 
-ModelCost model_cost(const model::LlamaModel& model) {
+ModelCost model_cost(const model::CausalLM& model) {
   const io::ModelConfig& c = model.config();
   const std::int64_t q = c.num_attention_heads * c.head_dim;
   const std::int64_t kv = c.num_key_value_heads * c.head_dim;
@@ -123,13 +123,12 @@ TimeStats time_stats(std::vector<double> seconds) {
   return s;
 }
 
-BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
-                      std::string model_name) {
-  model::LlamaModel* const one = &model;
-  return run_bench(std::span<model::LlamaModel* const>(&one, 1), options, std::move(model_name));
+BenchReport run_bench(model::CausalLM& model, const BenchOptions& options, std::string model_name) {
+  model::CausalLM* const one = &model;
+  return run_bench(std::span<model::CausalLM* const>(&one, 1), options, std::move(model_name));
 }
 
-BenchReport run_bench(std::span<model::LlamaModel* const> models, const BenchOptions& options,
+BenchReport run_bench(std::span<model::CausalLM* const> models, const BenchOptions& options,
                       std::string model_name) {
   if (options.contexts.empty() || options.threads.empty() || options.kv_caches.empty() ||
       models.empty()) {
@@ -145,11 +144,11 @@ BenchReport run_bench(std::span<model::LlamaModel* const> models, const BenchOpt
   for (int t : options.threads) {
     if (t < 1) fail<InvalidArgument>("bench: thread counts must be >= 1, got {}", t);
   }
-  const model::LlamaModel& first = *models.front();
+  const model::CausalLM& first = *models.front();
   const std::int64_t vocab = first.config().vocab_size;
   BenchReport rep;
   rep.model = std::move(model_name);
-  for (const model::LlamaModel* m : models) rep.costs.push_back(model_cost(*m));
+  for (const model::CausalLM* m : models) rep.costs.push_back(model_cost(*m));
   rep.cost = rep.costs.front();
   for (const model::KvCacheConfig& kv : options.kv_caches) {
     rep.kv_bytes_per_token.emplace_back(kv.label(), first.make_cache(1, 1, kv).bytes_per_token());
@@ -170,7 +169,7 @@ BenchReport run_bench(std::span<model::LlamaModel* const> models, const BenchOpt
                 mrow.dram_read_gbs, mrow.sgemm_gflops);
     }
     for (std::size_t mi = 0; mi < models.size(); ++mi) {
-      model::LlamaModel& model = *models[mi];
+      model::CausalLM& model = *models[mi];
       const ModelCost& cost = rep.costs[mi];
       for (const model::KvCacheConfig& kv : options.kv_caches) {
         // Prefill: one warm-up, then `repeats` timed runs from an empty cache.

@@ -31,7 +31,7 @@
 #include "kvq/model/kv_cache.h"
 
 namespace kvq::model {
-class LlamaModel;
+class CausalLM;
 }
 
 namespace kvq::eval {
@@ -48,7 +48,7 @@ struct ModelCost {
   std::int64_t lm_head_params = 0;  // vocab × hidden
   std::int64_t weight_bytes = 0;    // bytes of the above in that dtype: read once per decode step
 };
-ModelCost model_cost(const model::LlamaModel& model);
+ModelCost model_cost(const model::CausalLM& model);
 
 struct TimeStats {
   double min = 0.0, median = 0.0;  // seconds
@@ -106,10 +106,9 @@ struct BenchReport {
 // it found. The models must share one config (the kv cache configs are resolved once; a
 // checkpoint's calibrated config quantizes k/v in its packed cache, its hooks standing aside).
 // InvalidArgument for empty lists, non-positive sizes, threads < 1, repeats < 1.
-BenchReport run_bench(std::span<model::LlamaModel* const> models, const BenchOptions& options,
+BenchReport run_bench(std::span<model::CausalLM* const> models, const BenchOptions& options,
                       std::string model_name);
-BenchReport run_bench(model::LlamaModel& model, const BenchOptions& options,
-                      std::string model_name);
+BenchReport run_bench(model::CausalLM& model, const BenchOptions& options, std::string model_name);
 
 std::string bench_markdown(const BenchReport& report);
 nlohmann::json bench_json(const BenchReport& report);

@@ -6,7 +6,6 @@
 #include "kvq/core/error.h"
 #include "kvq/core/tensor.h"
 #include "kvq/io/json_file.h"
-#include "kvq/io/safetensors.h"
 
 namespace kvq::io {
 namespace fs = std::filesystem;
@@ -206,6 +205,10 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
   if (const json* t = field(j, "attention_bias"))
     c.attention_bias = as_bool(*t, source, "attention_bias");
   if (const json* t = field(j, "mlp_bias")) c.mlp_bias = as_bool(*t, source, "mlp_bias");
+  if (const json* t = field(j, "hidden_act")) {
+    if (!t->is_string()) fail<ConfigError>("{}: field 'hidden_act' must be a string", source);
+    c.hidden_act = t->get<std::string>();
+  }
   c.bos_token_id = optional_int(j, source, "bos_token_id");
   c.pad_token_id = optional_int(j, source, "pad_token_id");
   c.eos_token_ids = token_id_list(j, source, "eos_token_id");
@@ -270,7 +273,7 @@ json model_config_to_json(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["attention_bias"] = c.attention_bias;
   j["mlp_bias"] = c.mlp_bias;
-  j["hidden_act"] = j.value("hidden_act", std::string("silu"));
+  j["hidden_act"] = c.hidden_act.empty() ? std::string("silu") : c.hidden_act;
   j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
   j["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
   if (c.eos_token_ids.empty()) {
@@ -300,77 +303,6 @@ json model_config_to_json(const ModelConfig& c) {
   }
   j["rope_parameters"] = rope_parameters;
   return j;
-}
-
-void check_config_against_tensors(const ModelConfig& c, const SafetensorsModel& weights,
-                                  std::string_view source) {
-  const std::int64_t h = c.hidden_size;
-  const std::int64_t q_rows = c.num_attention_heads * c.head_dim;
-  const std::int64_t kv_rows = c.num_key_value_heads * c.head_dim;
-  std::vector<std::string> missing;
-
-  // A quantized checkpoint may store a Linear as weight_packed (+ weight_shape) instead of
-  // weight; its shape is then checked by whoever unpacks it.
-  const auto expect = [&](const std::string& name, const Shape& shape) {
-    if (!weights.contains(name)) {
-      const std::string packed_name =
-          name.ends_with(".weight") ? name.substr(0, name.size() - 7) + ".weight_packed" : "";
-      if (packed_name.empty() || !weights.contains(packed_name)) missing.push_back(name);
-      return;
-    }
-    const TensorInfo& info = weights.info(name);
-    if (info.shape != shape) {
-      fail<ConfigError>(
-          "{}: tensor '{}' has shape {} but the config implies {} (hidden_size {}, "
-          "heads {}, kv heads {}, head_dim {}, intermediate_size {}, vocab_size {})",
-          source, name, shape_str(info.shape), shape_str(shape), c.hidden_size,
-          c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.intermediate_size,
-          c.vocab_size);
-    }
-  };
-
-  expect("model.embed_tokens.weight", {c.vocab_size, h});
-  expect("model.norm.weight", {h});
-  if (!c.tie_word_embeddings || weights.contains("lm_head.weight")) {
-    expect("lm_head.weight", {c.vocab_size, h});
-  }
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
-    expect(p + "input_layernorm.weight", {h});
-    expect(p + "post_attention_layernorm.weight", {h});
-    expect(p + "self_attn.q_proj.weight", {q_rows, h});
-    expect(p + "self_attn.k_proj.weight", {kv_rows, h});
-    expect(p + "self_attn.v_proj.weight", {kv_rows, h});
-    expect(p + "self_attn.o_proj.weight", {h, q_rows});
-    if (c.attention_bias) {
-      expect(p + "self_attn.q_proj.bias", {q_rows});
-      expect(p + "self_attn.k_proj.bias", {kv_rows});
-      expect(p + "self_attn.v_proj.bias", {kv_rows});
-      expect(p + "self_attn.o_proj.bias", {h});
-    }
-    expect(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
-    expect(p + "mlp.up_proj.weight", {c.intermediate_size, h});
-    expect(p + "mlp.down_proj.weight", {h, c.intermediate_size});
-    if (c.mlp_bias) {
-      expect(p + "mlp.gate_proj.bias", {c.intermediate_size});
-      expect(p + "mlp.up_proj.bias", {c.intermediate_size});
-      expect(p + "mlp.down_proj.bias", {h});
-    }
-  }
-  if (!missing.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
-    if (missing.size() > 5) list += fmt::format(", ... ({} in all)", missing.size());
-    fail<ConfigError>("{}: the weights lack tensors the config requires: {}", source, list);
-  }
-  // Layers past num_hidden_layers mean the config and the weights describe different models.
-  const std::string extra = fmt::format("model.layers.{}.", c.num_hidden_layers);
-  for (const auto& name : weights.names()) {
-    if (name.starts_with(extra)) {
-      fail<ConfigError>("{}: tensor '{}' exists but num_hidden_layers is {}", source, name,
-                        c.num_hidden_layers);
-    }
-  }
 }
 
 }  // namespace kvq::io

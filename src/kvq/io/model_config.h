@@ -1,4 +1,5 @@
-// Hugging Face config.json / generation_config.json for Llama-family models.
+// Hugging Face config.json / generation_config.json of decoder-only models (the fields kvq's
+// architectures read; model/architecture.h says which architectures run).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,8 +12,6 @@
 #include <vector>
 
 namespace kvq::io {
-
-class SafetensorsModel;
 
 struct RopeScaling {
   std::string rope_type = "default";  // "default", "linear", "llama3"
@@ -43,7 +42,8 @@ struct ModelConfig {
   std::string torch_dtype = "float32";  // "float32", "bfloat16", ... ("torch_dtype" or "dtype")
   bool attention_bias = false;
   bool mlp_bias = false;
-  nlohmann::json raw;  // the whole config.json (quantization_config etc. stay here)
+  std::string hidden_act;  // "silu"; empty when config.json does not say
+  nlohmann::json raw;      // the whole config.json (quantization_config etc. stay here)
 };
 
 struct GenerationConfig {
@@ -62,10 +62,7 @@ GenerationConfig parse_generation_config(const nlohmann::json& j, std::string_vi
 // model_dir/generation_config.json, or nullopt when the file does not exist.
 std::optional<GenerationConfig> load_generation_config(const std::filesystem::path& model_dir);
 // HF LlamaConfig-style config.json content: `raw` with the typed fields written over it.
+// (Whether the weights fit the config is the architecture's to say: model/architecture.h.)
 nlohmann::json model_config_to_json(const ModelConfig& c);
-// ConfigError when the weights contradict the config (missing tensors, q_proj rows !=
-// heads × head_dim, ...). Names `source` and the tensor.
-void check_config_against_tensors(const ModelConfig& c, const SafetensorsModel& weights,
-                                  std::string_view source);
 
 }  // namespace kvq::io

@@ -272,7 +272,7 @@ std::optional<QuantizationConfig> QuantizationLifecycle::config_from_model() con
   return c;
 }
 
-std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::LlamaModel& model,
+std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::CausalLM& model,
                                                                  const QuantizationConfig& config) {
   std::unique_ptr<QuantizationLifecycle> lc(new QuantizationLifecycle());
   lc->model_ = &model;

@@ -1,4 +1,4 @@
-// apply_quantization_config for a LlamaModel (compressed-tensors 0.19.0
+// apply_quantization_config for a CausalLM (compressed-tensors 0.19.0
 // `quantization/lifecycle/apply.py` + `initialize.py`, installed version), and the object that
 // owns the result: one QuantizedAttentionState per quantized attention module plus the
 // fake-quantization hooks. Nothing is global: two models quantized in one process are
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "kvq/lifecycle/quantized_attention.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/quant/quant_config.h"
 
 namespace kvq::lifecycle {
@@ -40,7 +40,7 @@ class QuantizationLifecycle {
   QuantizationLifecycle(const QuantizationLifecycle&) = delete;
   QuantizationLifecycle& operator=(const QuantizationLifecycle&) = delete;
 
-  model::LlamaModel& model() { return *model_; }
+  model::CausalLM& model() { return *model_; }
   const quant::QuantizationConfig& config() const { return config_; }
 
   // In named_modules order.
@@ -90,11 +90,11 @@ class QuantizationLifecycle {
 
  private:
   friend std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
-      model::LlamaModel& model, const quant::QuantizationConfig& config);
+      model::CausalLM& model, const quant::QuantizationConfig& config);
   QuantizationLifecycle() = default;
   void install_quantization_hooks(QuantizedAttentionState& state);
 
-  model::LlamaModel* model_ = nullptr;
+  model::CausalLM* model_ = nullptr;
   quant::QuantizationConfig config_;
   std::vector<std::unique_ptr<QuantizedAttentionState>> states_;
   // Per state: the fake-quant hook handles, re-registered last whenever a pre-hook is added.
@@ -103,7 +103,7 @@ class QuantizationLifecycle {
 };
 
 std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
-    model::LlamaModel& model, const quant::QuantizationConfig& config);
+    model::CausalLM& model, const quant::QuantizationConfig& config);
 
 // Fake-quantizes states with a state's q/k/v qparams (InvalidArgument naming the module when the
 // scale was never calibrated or loaded).

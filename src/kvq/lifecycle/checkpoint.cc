@@ -192,7 +192,7 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
   dir.commit();
 }
 
-std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
+std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
                                                       const fs::path& model_dir) {
   const fs::path config_path = model_dir / "config.json";
   const nlohmann::json raw = io::read_json_file(config_path);
@@ -255,7 +255,7 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
 
 QuantizedModel QuantizedModel::load(const fs::path& model_dir, const model::LoadOptions& options) {
   QuantizedModel out;
-  out.model = model::LlamaModel::load(model_dir, options);
+  out.model = model::CausalLM::load(model_dir, options);
   const nlohmann::json raw = io::read_json_file(model_dir / "config.json");
   if (raw.contains("quantization_config") || raw.contains("compression_config"))
     out.lifecycle = load_quantized(*out.model, model_dir);

@@ -17,7 +17,7 @@
 #include <memory>
 
 #include "kvq/lifecycle/apply.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 namespace kvq::lifecycle {
 
@@ -43,13 +43,13 @@ void save_pretrained(const QuantizationLifecycle& lifecycle,
 // ConfigError when config.json has no quantization_config; FormatError naming the tensor when a
 // scale is missing, has the wrong shape or dtype, is not finite and > 0, or when the file holds
 // q/k/v scales for modules the config does not quantize.
-std::unique_ptr<QuantizationLifecycle> load_quantized(model::LlamaModel& model,
+std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
                                                       const std::filesystem::path& model_dir);
 
 // A model and its quantization loaded together (lifecycle is null for an unquantized dir).
 // `options` picks the weight dtype (model::LoadOptions); the quantization does not depend on it.
 struct QuantizedModel {
-  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<model::CausalLM> model;
   std::unique_ptr<QuantizationLifecycle> lifecycle;  // destroyed before the model
   static QuantizedModel load(const std::filesystem::path& model_dir,
                              const model::LoadOptions& options = {});

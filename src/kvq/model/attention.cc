@@ -37,9 +37,10 @@ bool HookHandle::active() const {
                      [&](const detail::HookEntry& h) { return h.id == id_; });
 }
 
-AttentionModule::AttentionModule(std::string name, std::int64_t layer_idx, std::int64_t num_heads,
+AttentionModule::AttentionModule(std::string name, std::vector<std::string> class_hierarchy,
+                                 std::int64_t layer_idx, std::int64_t num_heads,
                                  std::int64_t num_kv_heads, std::int64_t head_dim)
-    : Module(std::move(name), attention_classes()),
+    : Module(std::move(name), std::move(class_hierarchy)),
       layer_idx_(layer_idx),
       num_heads_(num_heads),
       num_kv_heads_(num_kv_heads),

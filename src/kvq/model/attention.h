@@ -92,8 +92,10 @@ enum class StatesKind { kQuery, kKey, kValue };
 
 class AttentionModule : public Module {
  public:
-  AttentionModule(std::string name, std::int64_t layer_idx, std::int64_t num_heads,
-                  std::int64_t num_kv_heads, std::int64_t head_dim);
+  // class_hierarchy: the architecture's attention classes ({"LlamaAttention", "Module"}).
+  AttentionModule(std::string name, std::vector<std::string> class_hierarchy,
+                  std::int64_t layer_idx, std::int64_t num_heads, std::int64_t num_kv_heads,
+                  std::int64_t head_dim);
   ~AttentionModule() override;
 
   HookHandle register_query_hook(AttentionHook hook);

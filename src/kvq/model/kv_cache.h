@@ -95,7 +95,7 @@ std::string_view kv_scales_name(KvScales scales);  // "none", "calibrated", "dyn
 
 // Everything that decides a run's KV cache, in one value: every command, eval task, bench and
 // compare builds its caches from one of these (runtime/kv_cache_choice.h makes it from a
-// checkpoint's quantization_config or a `--kv-cache` string; LlamaModel::make_cache consumes it).
+// checkpoint's quantization_config or a `--kv-cache` string; CausalLM::make_cache consumes it).
 struct KvCacheConfig {
   KvFormat format = KvFormat::kF32;
   KvScales scales = KvScales::kNone;

@@ -54,19 +54,5 @@ std::vector<const Module*> Module::named_modules() const {
 std::vector<std::string> linear_classes() { return {"Linear", "Module"}; }
 std::vector<std::string> embedding_classes() { return {"Embedding", "Module"}; }
 std::vector<std::string> module_list_classes() { return {"ModuleList", "Module"}; }
-std::vector<std::string> rms_norm_classes() { return {"LlamaRMSNorm", "Module"}; }
-std::vector<std::string> attention_classes() { return {"LlamaAttention", "Module"}; }
-std::vector<std::string> mlp_classes() { return {"LlamaMLP", "Module"}; }
-std::vector<std::string> decoder_layer_classes() {
-  return {"LlamaDecoderLayer", "GradientCheckpointingLayer", "Module"};
-}
-std::vector<std::string> silu_classes() { return {"SiLUActivation", "Module"}; }
-std::vector<std::string> rotary_embedding_classes() { return {"LlamaRotaryEmbedding", "Module"}; }
-std::vector<std::string> llama_model_classes() {
-  return {"LlamaModel", "LlamaPreTrainedModel", "PreTrainedModel", "Module"};
-}
-std::vector<std::string> causal_lm_classes() {
-  return {"LlamaForCausalLM", "LlamaPreTrainedModel", "PreTrainedModel", "Module"};
-}
 
 }  // namespace kvq::model

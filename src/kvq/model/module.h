@@ -1,4 +1,5 @@
-// The module tree, named and classed like transformers' LlamaForCausalLM.
+// The module tree, named and classed like transformers' model of the architecture
+// (model/architecture.h: LlamaForCausalLM, ...).
 //
 // Every module has its Hugging Face path ("model.layers.3.self_attn.k_proj"), its class name
 // ("Linear") and its class hierarchy, most derived first, as Python's MRO lists it (so a recipe
@@ -63,19 +64,10 @@ class Module {
   Tensor weight_;
 };
 
-// Class hierarchies (Python MRO restricted to nn.Module subclasses, most derived first).
+// Class hierarchies of the modules every architecture shares (Python MRO restricted to
+// nn.Module subclasses, most derived first); the family's own are in model/architecture.h.
 std::vector<std::string> linear_classes();       // {"Linear", "Module"}
 std::vector<std::string> embedding_classes();    // {"Embedding", "Module"}
 std::vector<std::string> module_list_classes();  // {"ModuleList", "Module"}
-std::vector<std::string> rms_norm_classes();     // {"LlamaRMSNorm", "Module"}
-std::vector<std::string> attention_classes();    // {"LlamaAttention", "Module"}
-std::vector<std::string> mlp_classes();          // {"LlamaMLP", "Module"}
-std::vector<std::string>
-decoder_layer_classes();  // {"LlamaDecoderLayer", "GradientCheckpointingLayer", "Module"}
-std::vector<std::string> silu_classes();              // {"SiLUActivation", "Module"}
-std::vector<std::string> rotary_embedding_classes();  // {"LlamaRotaryEmbedding", "Module"}
-std::vector<std::string>
-llama_model_classes();  // {"LlamaModel", "LlamaPreTrainedModel", "PreTrainedModel", "Module"}
-std::vector<std::string> causal_lm_classes();  // {"LlamaForCausalLM", ...}
 
 }  // namespace kvq::model

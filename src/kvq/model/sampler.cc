@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "kvq/core/error.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 namespace kvq::model {
 
@@ -58,7 +58,7 @@ std::int32_t Sampler::sample(std::span<const float> logits) {
   return ids[static_cast<std::size_t>(keep - 1)];
 }
 
-std::vector<std::int32_t> generate(LlamaModel& model, std::span<const std::int32_t> prompt,
+std::vector<std::int32_t> generate(CausalLM& model, std::span<const std::int32_t> prompt,
                                    std::int64_t max_new_tokens,
                                    std::span<const std::int64_t> eos_ids, Sampler& sampler,
                                    const TokenCallback& on_token) {

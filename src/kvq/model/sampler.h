@@ -10,7 +10,7 @@
 
 namespace kvq::model {
 
-class LlamaModel;
+class CausalLM;
 
 struct SamplerConfig {
   double temperature = 0.0;  // 0: greedy (argmax, lowest id on ties); else > 0
@@ -37,7 +37,7 @@ using TokenCallback = std::function<bool(std::int32_t token)>;
 
 // Prefills `prompt`, then samples up to max_new_tokens tokens, stopping after an EOS id (which
 // is included in the result). Returns the generated ids. Uses a fresh fp32 KV cache.
-std::vector<std::int32_t> generate(LlamaModel& model, std::span<const std::int32_t> prompt,
+std::vector<std::int32_t> generate(CausalLM& model, std::span<const std::int32_t> prompt,
                                    std::int64_t max_new_tokens,
                                    std::span<const std::int64_t> eos_ids, Sampler& sampler,
                                    const TokenCallback& on_token = {});

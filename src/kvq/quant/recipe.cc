@@ -307,15 +307,4 @@ QuantizationConfig parse_quantization_config(const Json& config_json,
   fail<ConfigError>("{}: no quantization_config in this config", source_name);
 }
 
-QuantizationConfig load_quantization_config(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
-  Json json;
-  try {
-    json = Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail<FormatError>("{}: invalid JSON: {}", path.string(), e.what());
-  }
-  return parse_quantization_config(json, path.string());
-}
-
 }  // namespace kvq::quant

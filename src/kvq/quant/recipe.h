@@ -30,7 +30,6 @@ QuantizationConfig load_recipe(const std::filesystem::path& path);
 
 // A config.json (or its "quantization_config" / "compression_config" object) -> config.
 QuantizationConfig parse_quantization_config(const Json& config_json, std::string_view source_name);
-QuantizationConfig load_quantization_config(const std::filesystem::path& config_json_path);
 
 // YAML text -> JSON value with PyYAML safe_load scalar typing (YAML 1.1 bools incl. yes/no/
 // on/off, ints, floats, null/~). FormatError "<source>:<line>:<col>: ..." when malformed.

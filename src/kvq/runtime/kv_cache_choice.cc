@@ -6,7 +6,7 @@
 #include "kvq/core/log.h"
 #include "kvq/core/strings.h"
 #include "kvq/lifecycle/apply.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 namespace kvq::runtime {
 namespace {
@@ -184,7 +184,7 @@ nlohmann::json kv_cache_json(const KvCacheConfig& c) {
   return j;
 }
 
-std::int64_t kv_bytes_per_token(const model::LlamaModel& model, const KvCacheConfig& config) {
+std::int64_t kv_bytes_per_token(const model::CausalLM& model, const KvCacheConfig& config) {
   return model.make_cache(1, 1, config).bytes_per_token();
 }
 

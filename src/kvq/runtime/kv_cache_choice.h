@@ -35,7 +35,7 @@
 #include "kvq/quant/formats.h"
 
 namespace kvq::model {
-class LlamaModel;
+class CausalLM;
 }
 namespace kvq::lifecycle {
 class QuantizationLifecycle;
@@ -74,7 +74,7 @@ model::KvCacheConfig resolve_kv_cache(std::string_view option,
 nlohmann::json kv_cache_json(const model::KvCacheConfig& config);
 
 // K and V bytes per token of one sequence (all layers) of a cache of this config.
-std::int64_t kv_bytes_per_token(const model::LlamaModel& model, const model::KvCacheConfig& config);
+std::int64_t kv_bytes_per_token(const model::CausalLM& model, const model::KvCacheConfig& config);
 
 // The one-line note a command prints for dynamic scales ("" otherwise): where the scales come
 // from (`first_write`: "the prompt", "each window's tokens", ...) and that `kvq oneshot`

@@ -13,14 +13,14 @@
 
 #include "kvq/io/model_config.h"
 #include "kvq/lifecycle/apply.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/tokenizer/tokenizer.h"
 
 namespace kvq::runtime {
 
 struct ModelSource {
   std::filesystem::path dir;
-  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<model::CausalLM> model;
   // The checkpoint's quantization (hooks on `model`) when opened with_quantization and the
   // directory is a quantized checkpoint; null otherwise. Declared after `model`: destroyed first.
   std::unique_ptr<lifecycle::QuantizationLifecycle> lifecycle;
@@ -37,7 +37,7 @@ struct ModelSource {
 
 // Loads model_dir (config.json, safetensors, tokenizer.json, optional generation_config.json).
 // with_quantization: also restores a quantized checkpoint's quantization_config and scales
-// (lifecycle::QuantizedModel::load). Errors name the directory (see LlamaModel::load,
+// (lifecycle::QuantizedModel::load). Errors name the directory (see CausalLM::load,
 // lifecycle::load_quantized and Tokenizer::from_dir). `options`: the weight dtype
 // (model::LoadOptions).
 ModelSource open_model_source(const std::filesystem::path& model_dir,

@@ -15,7 +15,7 @@
 #include <iostream>
 
 #include "kvq/io/safetensors.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "support/test_paths.h"
 
 namespace kvq::model {
@@ -31,7 +31,7 @@ std::int32_t argmax(const float* v, std::int64_t n) {
   return static_cast<std::int32_t>(std::max_element(v, v + n) - v);
 }
 
-std::vector<std::int32_t> greedy(LlamaModel& m, const std::vector<std::int32_t>& prompt, int n) {
+std::vector<std::int32_t> greedy(CausalLM& m, const std::vector<std::int32_t>& prompt, int n) {
   KvCache cache = m.make_cache(1, static_cast<std::int64_t>(prompt.size()) + n);
   Tensor logits = m.forward(prompt, cache, LogitsMode::kLast);
   std::vector<std::int32_t> out;
@@ -45,8 +45,8 @@ std::vector<std::int32_t> greedy(LlamaModel& m, const std::vector<std::int32_t>&
 
 TEST(DefaultModelBf16Weights, LogitsAndGreedyTokensCloseToFp32) {
   KVQ_REQUIRE_DEFAULT_MODEL();
-  const auto f32 = LlamaModel::load(test::default_model_dir());
-  const auto bf16 = LlamaModel::load(test::default_model_dir(), LoadOptions{DType::kBF16});
+  const auto f32 = CausalLM::load(test::default_model_dir());
+  const auto bf16 = CausalLM::load(test::default_model_dir(), LoadOptions{DType::kBF16});
   const io::SafetensorsFile golden =
       io::SafetensorsFile::open(test::test_data_dir() / "engine" / "smollm2_golden.safetensors");
   const std::int64_t vocab = f32->config().vocab_size;

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvq/io/safetensors.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "support/test_paths.h"
 
 namespace kvq::model {
@@ -34,7 +34,7 @@ class DefaultModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!std::filesystem::exists(test::default_model_dir() / "config.json")) return;
-    model_ = LlamaModel::load(test::default_model_dir()).release();
+    model_ = CausalLM::load(test::default_model_dir()).release();
     golden_ = new io::SafetensorsFile(
         io::SafetensorsFile::open(test::test_data_dir() / "engine" / "smollm2_golden.safetensors"));
   }
@@ -46,10 +46,10 @@ class DefaultModel : public ::testing::Test {
   }
   static Tensor g(const std::string& name) { return golden_->tensor(name).to_f32(); }
 
-  static LlamaModel* model_;
+  static CausalLM* model_;
   static io::SafetensorsFile* golden_;
 };
-LlamaModel* DefaultModel::model_ = nullptr;
+CausalLM* DefaultModel::model_ = nullptr;
 io::SafetensorsFile* DefaultModel::golden_ = nullptr;
 
 TEST_F(DefaultModel, PrefillAndGreedyDecodeLogits) {

@@ -8,7 +8,7 @@
 #include "kvq/eval/kld.h"
 #include "kvq/eval/logits_cache.h"
 #include "kvq/io/json_file.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/tokenizer/chat_template.h"
 #include "kvq/tokenizer/tokenizer.h"
 #include "support/test_paths.h"
@@ -18,7 +18,7 @@ namespace {
 
 TEST(EvalModel, Gsm8kTwoQuestionsProduceConsistentRecords) {
   KVQ_REQUIRE_DEFAULT_MODEL();
-  auto model = model::LlamaModel::load(test::default_model_dir());
+  auto model = model::CausalLM::load(test::default_model_dir());
   const auto tokenizer = tok::Tokenizer::from_dir(test::default_model_dir());
   Gsm8kOptions options;
   options.data_dir = test::shared_data_dir() / "gsm8k";
@@ -67,7 +67,7 @@ TEST(EvalModel, Gsm8kTwoQuestionsProduceConsistentRecords) {
 // give exactly the answers of one question at a time.
 TEST(EvalModel, Gsm8kBatchedEqualsOneAtATime) {
   KVQ_REQUIRE_DEFAULT_MODEL();
-  auto model = model::LlamaModel::load(test::default_model_dir());
+  auto model = model::CausalLM::load(test::default_model_dir());
   const auto tokenizer = tok::Tokenizer::from_dir(test::default_model_dir());
   Gsm8kOptions options;
   options.data_dir = test::shared_data_dir() / "gsm8k";
@@ -92,7 +92,7 @@ TEST(EvalModel, Gsm8kBatchedEqualsOneAtATime) {
 // interruption is skipped, and new questions are appended.
 TEST(EvalModel, Gsm8kResumesFromItsRecordFile) {
   KVQ_REQUIRE_DEFAULT_MODEL();
-  auto model = model::LlamaModel::load(test::default_model_dir());
+  auto model = model::CausalLM::load(test::default_model_dir());
   const auto tokenizer = tok::Tokenizer::from_dir(test::default_model_dir());
   test::TempDir dir;
   Gsm8kOptions options;
@@ -137,7 +137,7 @@ TEST(EvalModel, Gsm8kResumesFromItsRecordFile) {
 
 TEST(EvalModel, KldOfBaselineAgainstItselfIsZero) {
   KVQ_REQUIRE_DEFAULT_MODEL();
-  auto model = model::LlamaModel::load(test::default_model_dir());
+  auto model = model::CausalLM::load(test::default_model_dir());
   const auto tokenizer = tok::Tokenizer::from_dir(test::default_model_dir());
   std::ifstream in(test::shared_data_dir() / "wikitext-2-raw/wiki.test.raw", std::ios::binary);
   std::string text(8192, '\0');

@@ -79,7 +79,7 @@ double compare(const nlohmann::json& layers, const std::string& name,
 TEST(CalibrationParity, ScalesMatchLlmCompressor) {
   KVQ_REQUIRE_DEFAULT_MODEL();
   const auto g = golden();
-  auto m = model::LlamaModel::load(test::default_model_dir());
+  auto m = model::CausalLM::load(test::default_model_dir());
   const auto recipes_dir = test::test_data_dir() / "lifecycle" / "recipes";
   auto lc = apply_quantization_config(
       *m, quant::load_recipe(recipes_dir / "attn_fp8_head_static_minmax.yaml"));

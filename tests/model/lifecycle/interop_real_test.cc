@@ -134,7 +134,7 @@ void dump(const LastLogits& got, const std::string& name) {
 }
 
 // transformers' logits [kNumPrompts][vocab] from its recorded final-norm hidden states.
-std::vector<std::vector<float>> reference_logits(const model::LlamaModel& m,
+std::vector<std::vector<float>> reference_logits(const model::CausalLM& m,
                                                  const std::string& name) {
   const Tensor hidden = golden_tensors().tensor(name).to_f32();  // [3, 576]
   EXPECT_EQ(hidden.dim(0), static_cast<std::int64_t>(kNumPrompts)) << name;
@@ -203,7 +203,7 @@ TEST(InteropReal, TransformersLoadsKvqCheckpoint) {
   if (const char* d = env("KVQ_INTEROP_REAL_SAVE_DIR")) out = d;
   {
     // As packed_generation_test.cc: the seed's FP8 attn_head recipe, 16 GSM8K samples.
-    auto m = model::LlamaModel::load(dir);
+    auto m = model::CausalLM::load(dir);
     auto lc = apply_quantization_config(
         *m, quant::load_recipe(test::source_dir() / "examples" / "recipes" / "kv_fp8_head.yaml"));
     DatasetOptions o;

@@ -32,7 +32,7 @@ std::int32_t argmax(const Tensor& logits) {
 }
 
 // Greedy decoding that records each step's logits.
-std::vector<std::int32_t> greedy(model::LlamaModel& m, model::KvCache& cache,
+std::vector<std::int32_t> greedy(model::CausalLM& m, model::KvCache& cache,
                                  const std::vector<std::int32_t>& prompt, int n,
                                  std::vector<std::vector<float>>& logits) {
   std::vector<std::int32_t> out;
@@ -52,7 +52,7 @@ TEST(PackedGeneration, Fp8HeadCheckpointPackedEqualsFakeQuant) {
   const auto tokenizer = tok::Tokenizer::from_dir(dir);
   {
     // A small calibration (16 GSM8K samples of ≤ 128 tokens) is enough for a real checkpoint.
-    auto m = model::LlamaModel::load(dir);
+    auto m = model::CausalLM::load(dir);
     auto lc = apply_quantization_config(
         *m, quant::load_recipe(test::source_dir() / "examples" / "recipes" / "kv_fp8_head.yaml"));
     DatasetOptions o;

@@ -9,7 +9,7 @@
 #include "kvq/core/error.h"
 #include "kvq/eval/perplexity.h"
 #include "kvq/io/safetensors.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "support/test_paths.h"
 
 namespace kvq::eval {
@@ -105,13 +105,13 @@ TEST(TokenNll, HandComputed) {
 class TinyPerplexity : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = model::LlamaModel::load(tiny_dir());
+    model_ = model::CausalLM::load(tiny_dir());
     golden_.emplace(io::SafetensorsFile::open(tiny_dir() / "golden.safetensors"));
     p0_ = ids_of(*golden_, "prompt0.input_ids");  // 7 tokens
     p1_ = ids_of(*golden_, "prompt1.input_ids");  // 13 tokens
     vocab_ = model_->config().vocab_size;
   }
-  std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<model::CausalLM> model_;
   std::optional<io::SafetensorsFile> golden_;
   std::vector<std::int32_t> p0_, p1_;
   std::int64_t vocab_ = 0;

@@ -13,7 +13,7 @@
 #include "kvq/core/threading.h"
 #include "kvq/eval/logits_cache.h"
 #include "kvq/eval/stats.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "support/test_paths.h"
 
 namespace kvq::eval {
@@ -183,7 +183,7 @@ class TinyKld : public ::testing::Test {
   void SetUp() override {
     threads_ = num_threads();
     set_num_threads(1);
-    model_ = model::LlamaModel::load(test::test_data_dir() / "tiny_llama/gqa");
+    model_ = model::CausalLM::load(test::test_data_dir() / "tiny_llama/gqa");
     BootstrapIndexSampler s(5);
     for (int i = 0; i < 200; ++i) tokens_.push_back(static_cast<std::int32_t>(s.below(256)));
     options_.ctx = 64;
@@ -193,7 +193,7 @@ class TinyKld : public ::testing::Test {
   }
   void TearDown() override { set_num_threads(threads_); }
   int threads_ = 1;
-  std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<model::CausalLM> model_;
   std::vector<std::int32_t> tokens_;
   KldOptions options_;
 };

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kvq/core/error.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/model/kv_cache.h"
-#include "kvq/model/llama_model.h"
 #include "kvq/quant/formats.h"
 #include "support/test_paths.h"
 
@@ -266,7 +266,7 @@ TEST(DynamicKvScales, SpecRules) {
 // On the tiny model: prefill fixes the scales from the prompt's k / v, and the run equals (bit
 // for bit) a run with those scales given as calibrated ones — dynamic only decides the scales.
 TEST(DynamicKvScales, ModelRunEqualsTheSameScalesGiven) {
-  const auto model = LlamaModel::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
+  const auto model = CausalLM::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
   const auto& c = model->config();
   std::vector<std::int32_t> prompt, steps;
   for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 5) % static_cast<int>(c.vocab_size));

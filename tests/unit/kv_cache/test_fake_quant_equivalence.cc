@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/quant/fake_quantize.h"
 #include "kvq/quant/formats.h"
 #include "kvq/quant/qparams.h"
@@ -73,7 +73,7 @@ struct Observed {
 class FakeQuantEquivalence : public ::testing::Test {
  protected:
   void SetUp() override {
-    model_ = LlamaModel::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
+    model_ = CausalLM::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
     const auto& c = model_->config();
     for (int i = 0; i < 24; ++i) prompt_.push_back((i * 37 + 5) % static_cast<int>(c.vocab_size));
     for (int i = 0; i < kDecodeSteps; ++i) {
@@ -200,7 +200,7 @@ class FakeQuantEquivalence : public ::testing::Test {
     return run(cache);
   }
 
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<CausalLM> model_;
   std::vector<std::int32_t> prompt_, steps_;
   Observed obs_;
 };

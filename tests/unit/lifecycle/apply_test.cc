@@ -11,7 +11,7 @@
 #include "kvq/core/float8.h"
 #include "kvq/io/safetensors.h"
 #include "kvq/lifecycle/apply.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/quant/qparams.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
@@ -22,8 +22,8 @@ namespace {
 using quant::Json;
 using quant::QuantizationConfig;
 
-std::unique_ptr<model::LlamaModel> tiny() {
-  return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
+std::unique_ptr<model::CausalLM> tiny() {
+  return model::CausalLM::load(test::test_data_dir() / "tiny_llama" / "gqa");
 }
 
 QuantizationConfig config(const std::string& json) {
@@ -263,7 +263,7 @@ TEST(Apply, HeadsNotDividing) {
     auto st = io::SafetensorsModel::open(weights_dir);
     std::map<std::string, Tensor> w;
     for (auto& n : st.names()) w.emplace(n, st.tensor(n));
-    auto bad = model::LlamaModel::from_weights(cfg, w);
+    auto bad = model::CausalLM::from_weights(cfg, w);
     apply_quantization_config(*bad, config(kKvTensor));
   };
   EXPECT_THROW(attempt(), Error);

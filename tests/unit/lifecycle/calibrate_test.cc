@@ -18,8 +18,8 @@
 namespace kvq::lifecycle {
 namespace {
 
-std::unique_ptr<model::LlamaModel> tiny() {
-  return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
+std::unique_ptr<model::CausalLM> tiny() {
+  return model::CausalLM::load(test::test_data_dir() / "tiny_llama" / "gqa");
 }
 quant::QuantizationConfig recipe(const std::string& n) {
   return quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" / (n + ".yaml"));

@@ -44,7 +44,7 @@ std::vector<CalibrationSample> samples() {
 TEST(Checkpoint, ConfigDumpMatchesLlmCompressor) {
   // The dump does not depend on the layer count: the tiny model gives the same text as the
   // default model the golden was saved from.
-  auto m = model::LlamaModel::load(tiny_dir());
+  auto m = model::CausalLM::load(tiny_dir());
   auto lc =
       apply_quantization_config(*m, quant::load_recipe(recipe("attn_fp8_head_static_minmax")));
   const std::string golden = read_text(test::test_data_dir() / "lifecycle" /
@@ -54,7 +54,7 @@ TEST(Checkpoint, ConfigDumpMatchesLlmCompressor) {
 
 TEST(Checkpoint, SaveLoadRoundTrip) {
   test::TempDir tmp;
-  auto m = model::LlamaModel::load(tiny_dir());
+  auto m = model::CausalLM::load(tiny_dir());
   auto lc =
       apply_quantization_config(*m, quant::load_recipe(recipe("attn_fp8_head_static_minmax")));
   calibrate(*lc, samples(), {.show_progress = false});
@@ -104,13 +104,13 @@ void rewrite(const fs::path& src, const fs::path& dst, const std::string& name, 
 
 TEST(Checkpoint, BadCheckpointsFailClearly) {
   test::TempDir tmp;
-  auto m = model::LlamaModel::load(tiny_dir());
+  auto m = model::CausalLM::load(tiny_dir());
   auto lc = apply_quantization_config(*m, quant::load_recipe(recipe("kv_fp8_head_static_minmax")));
   calibrate(*lc, samples(), {.show_progress = false});
   save_pretrained(*lc, tiny_dir(), tmp / "good");
   const std::string k0 = "model.layers.0.self_attn.k_scale";
   auto expect_format_error = [&](const fs::path& dir, const std::string& needle) {
-    auto mm = model::LlamaModel::load(dir);
+    auto mm = model::CausalLM::load(dir);
     try {
       load_quantized(*mm, dir);
       FAIL() << "expected FormatError for " << dir;
@@ -132,13 +132,13 @@ TEST(Checkpoint, BadCheckpointsFailClearly) {
   rewrite(tmp / "good", tmp / "extra", "", nullptr, "model.layers.0.self_attn.q_scale");
   expect_format_error(tmp / "extra", "q_scale is not quantized by");
   // Unquantized directory.
-  auto plain = model::LlamaModel::load(tiny_dir());
+  auto plain = model::CausalLM::load(tiny_dir());
   EXPECT_THROW(load_quantized(*plain, tiny_dir()), ConfigError);
 }
 
 TEST(Checkpoint, UncalibratedSaveLeavesNoOutput) {
   test::TempDir tmp;
-  auto m = model::LlamaModel::load(tiny_dir());
+  auto m = model::CausalLM::load(tiny_dir());
   auto lc =
       apply_quantization_config(*m, quant::load_recipe(recipe("kv_fp8_tensor_static_minmax")));
   EXPECT_THROW(save_pretrained(*lc, tiny_dir(), tmp / "out"), InvalidArgument);

@@ -20,7 +20,7 @@ namespace {
 
 TEST(Interop, TransformersLoadsKvqCheckpoint) {
   const auto tiny = test::test_data_dir() / "tiny_llama" / "gqa";
-  auto m = model::LlamaModel::load(tiny);
+  auto m = model::CausalLM::load(tiny);
   auto lc = apply_quantization_config(
       *m, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" /
                              "attn_fp8_head_static_minmax.yaml"));

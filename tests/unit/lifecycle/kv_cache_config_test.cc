@@ -21,8 +21,8 @@ namespace {
 
 using quant::KvFormat;
 
-std::unique_ptr<model::LlamaModel> tiny() {
-  return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
+std::unique_ptr<model::CausalLM> tiny() {
+  return model::CausalLM::load(test::test_data_dir() / "tiny_llama" / "gqa");
 }
 
 quant::QuantizationConfig kv_config(const std::string& type, int bits, const std::string& strategy,
@@ -49,7 +49,7 @@ const std::vector<std::int32_t> kPrompt = {5, 77, 140, 9, 201, 33, 64, 18, 250, 
 const std::vector<std::int32_t> kSteps = {42, 8, 199, 61, 3, 150, 77, 12};
 
 // Prefill logits of every position, then one row per decode step: [(prompt + steps) · vocab].
-std::vector<float> run(model::LlamaModel& m, model::KvCache& cache) {
+std::vector<float> run(model::CausalLM& m, model::KvCache& cache) {
   std::vector<float> out = m.forward(kPrompt, cache, model::LogitsMode::kAll).to_f32_vector();
   for (std::int32_t t : kSteps) {
     const auto l = m.forward(std::span(&t, 1), cache).to_f32_vector();

@@ -27,8 +27,8 @@ std::unique_ptr<Module> dummy_model() {
     const std::string p = "transformer.layers." + std::to_string(i);
     auto* layer = layers->add_child(
         std::make_unique<Module>(p, std::vector<std::string>{"DecoderLayer", "Module"}));
-    auto* attn =
-        layer->add_child(std::make_unique<Module>(p + ".self_attn", model::attention_classes()));
+    auto* attn = layer->add_child(std::make_unique<Module>(
+        p + ".self_attn", std::vector<std::string>{"LlamaAttention", "Module"}));
     for (const char* n : {"q_proj", "k_proj", "v_proj"})
       attn->add_child(std::make_unique<Module>(p + ".self_attn." + n, model::linear_classes()));
   }
@@ -50,7 +50,7 @@ TEST(MatchName, ExactAndRegexAnchoredAtStartOnly) {
 }
 
 TEST(MatchClass, HierarchyAndLinearBase) {
-  Module attn("a", model::attention_classes());
+  Module attn("a", std::vector<std::string>{"LlamaAttention", "Module"});
   EXPECT_TRUE(match_class(attn, "LlamaAttention"));
   EXPECT_TRUE(match_class(attn, "Module"));
   EXPECT_FALSE(match_class(attn, "Linear"));

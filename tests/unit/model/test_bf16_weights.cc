@@ -13,12 +13,7 @@ namespace {
 
 const std::vector<std::int32_t> kPrompt = {5, 17, 200, 3, 99, 42, 7, 128, 64, 1, 250, 33};
 
-std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {
-  const io::SafetensorsModel st = io::SafetensorsModel::open(dir);
-  std::map<std::string, Tensor> w;
-  for (const std::string& n : st.names()) w.emplace(n, st.tensor(n));
-  return w;
-}
+using test::load_weights;
 
 // Every matrix (Linear weights, embedding) rounded to bf16 and widened back to fp32; norm
 // weights (vectors) as they are.
@@ -39,8 +34,8 @@ std::map<std::string, Tensor> rounded_weights(const std::filesystem::path& dir) 
 class Bf16Weights : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Bf16Weights, StoresLinearAndEmbeddingWeightsInBf16) {
-  const auto f32 = LlamaModel::load(tiny_dir(GetParam()));
-  const auto bf16 = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto f32 = CausalLM::load(tiny_dir(GetParam()));
+  const auto bf16 = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
   EXPECT_EQ(f32->weight_dtype(), DType::kF32);
   EXPECT_EQ(bf16->weight_dtype(), DType::kBF16);
   std::size_t bytes_f32 = 0, bytes_bf16 = 0;
@@ -72,8 +67,8 @@ TEST_P(Bf16Weights, StoresLinearAndEmbeddingWeightsInBf16) {
 }
 
 TEST_P(Bf16Weights, ComputesTheFp32ModelOnRoundedWeights) {
-  const auto bf16 = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
-  const auto ref = LlamaModel::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
+  const auto bf16 = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto ref = CausalLM::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
   const std::int64_t vocab = bf16->config().vocab_size;
   for (KvFormat format : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kNVFP4}) {
     KvCache a = bf16->make_cache(1, 32, format);
@@ -93,8 +88,8 @@ TEST_P(Bf16Weights, ComputesTheFp32ModelOnRoundedWeights) {
 
 // Hooks see and may rewrite the states of a bf16 model as of an fp32 one.
 TEST_P(Bf16Weights, HooksFireAndRewriteStates) {
-  const auto bf16 = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
-  const auto ref = LlamaModel::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
+  const auto bf16 = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto ref = CausalLM::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
   int calls = 0;
   auto halve_keys = [&calls](AttentionModule&, StatesView s) {
     ++calls;
@@ -106,7 +101,7 @@ TEST_P(Bf16Weights, HooksFireAndRewriteStates) {
   const Tensor b = ref->forward(kPrompt, LogitsMode::kAll);
   EXPECT_EQ(calls, 2);
   EXPECT_TRUE(bit_identical(a, b)) << max_abs_diff(a, b);
-  const auto plain = LlamaModel::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto plain = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
   EXPECT_GT(max_abs_diff(a, plain->forward(kPrompt, LogitsMode::kAll)), 1e-4f);  // it did act
 }
 
@@ -117,7 +112,7 @@ TEST(WeightDtype, ParsesTheFlagAndRejectsOthers) {
   EXPECT_EQ(parse_weight_dtype("bf16"), DType::kBF16);
   EXPECT_EQ(weight_dtype_label(DType::kBF16), "bf16");
   EXPECT_THROW(parse_weight_dtype("fp16"), InvalidArgument);
-  EXPECT_THROW(LlamaModel::load(tiny_dir("gqa"), LoadOptions{DType::kF16}), InvalidArgument);
+  EXPECT_THROW(CausalLM::load(tiny_dir("gqa"), LoadOptions{DType::kF16}), InvalidArgument);
 }
 
 }  // namespace

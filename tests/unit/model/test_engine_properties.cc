@@ -17,21 +17,16 @@ constexpr float kTol = 1e-5f;
 
 const std::vector<std::int32_t> kPrompt = {5, 17, 200, 3, 99, 42, 7, 128, 64, 1, 250, 33};
 
-std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {
-  const io::SafetensorsModel st = io::SafetensorsModel::open(dir);
-  std::map<std::string, Tensor> w;
-  for (const std::string& n : st.names()) w.emplace(n, st.tensor(n));
-  return w;
-}
+using test::load_weights;
 
 class Engine : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = tiny_dir("gqa");
-    model_ = LlamaModel::load(dir_);
+    model_ = CausalLM::load(dir_);
   }
   std::filesystem::path dir_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<CausalLM> model_;
 };
 
 TEST_F(Engine, PrefillEqualsTokenByTokenDecode) {
@@ -258,7 +253,7 @@ TEST_F(Engine, ZeroingOneKvHeadMatchesZeroedProjectionRows) {
   Tensor k = w.at("model.layers.0.self_attn.k_proj.weight").to_f32().clone();  // [32, 64]
   std::fill_n(k.f32() + 16 * 64, 16 * 64, 0.0f);
   w["model.layers.0.self_attn.k_proj.weight"] = k;
-  auto zeroed = LlamaModel::from_weights(model_->config(), w);
+  auto zeroed = CausalLM::from_weights(model_->config(), w);
   KvCache c2 = zeroed->make_cache(1, 16);
   const Tensor want = zeroed->forward(kPrompt, c2, LogitsMode::kAll);
   EXPECT_TRUE(bit_identical(hooked, want));
@@ -292,7 +287,7 @@ TEST_F(Engine, HookRemoval) {
   // A handle outliving its model is harmless.
   HookHandle late;
   {
-    auto other = LlamaModel::load(dir_);
+    auto other = CausalLM::load(dir_);
     late = other->attention(0).register_key_hook([](AttentionModule&, StatesView) {});
   }
   EXPECT_FALSE(late.active());
@@ -300,7 +295,7 @@ TEST_F(Engine, HookRemoval) {
 }
 
 TEST_F(Engine, TwoModelsAreIndependent) {
-  auto other = LlamaModel::load(dir_);
+  auto other = CausalLM::load(dir_);
   const Tensor before = other->forward(kPrompt, LogitsMode::kAll);
   ScopedHook h(model_->attention(1).register_value_hook([](AttentionModule&, StatesView s) {
     for (std::int64_t i = 0; i < s.numel(); ++i) s.data[i] = 0.0f;
@@ -354,14 +349,14 @@ TEST_F(Engine, FromWeightsValidatesAndConvertsDtypes) {
   auto missing = w;
   missing.erase("model.layers.2.mlp.up_proj.weight");
   try {
-    LlamaModel::from_weights(c, missing, "tiny");
+    CausalLM::from_weights(c, missing, "tiny");
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.2.mlp.up_proj.weight"), std::string::npos);
   }
   auto wrong = w;
   wrong["model.norm.weight"] = Tensor(DType::kF32, {63});
-  EXPECT_THROW(LlamaModel::from_weights(c, wrong, "tiny"), ConfigError);
+  EXPECT_THROW(CausalLM::from_weights(c, wrong, "tiny"), ConfigError);
   // bf16 weights are converted to owned fp32: equal to an fp32 model of the rounded weights.
   std::map<std::string, Tensor> bf16, rounded;
   for (const auto& [name, t] : w) {
@@ -375,12 +370,12 @@ TEST_F(Engine, FromWeightsValidatesAndConvertsDtypes) {
     bf16.emplace(name, b);
     rounded.emplace(name, r);
   }
-  const Tensor a = LlamaModel::from_weights(c, bf16)->forward(kPrompt, LogitsMode::kAll);
-  const Tensor b = LlamaModel::from_weights(c, rounded)->forward(kPrompt, LogitsMode::kAll);
+  const Tensor a = CausalLM::from_weights(c, bf16)->forward(kPrompt, LogitsMode::kAll);
+  const Tensor b = CausalLM::from_weights(c, rounded)->forward(kPrompt, LogitsMode::kAll);
   EXPECT_TRUE(bit_identical(a, b));
   io::ModelConfig bad = c;
   bad.num_key_value_heads = 3;
-  EXPECT_THROW(LlamaModel::from_weights(bad, w), ConfigError);
+  EXPECT_THROW(CausalLM::from_weights(bad, w), ConfigError);
 }
 
 TEST_F(Engine, ModuleTreeLookups) {

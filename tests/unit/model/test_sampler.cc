@@ -60,7 +60,7 @@ TEST(Sampler, BadParametersThrow) {
 }
 
 TEST(Generate, GreedyMatchesTheTransformersGoldenTokens) {
-  auto model = LlamaModel::load(tiny_dir("gqa"));
+  auto model = CausalLM::load(tiny_dir("gqa"));
   const io::SafetensorsFile golden =
       io::SafetensorsFile::open(tiny_dir("gqa") / "golden.safetensors");
   const std::vector<std::int32_t> prompt = ids_of(golden.tensor("prompt0.input_ids"));

@@ -20,14 +20,14 @@ class TinyGolden : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     dir_ = tiny_dir(GetParam());
     if (!std::filesystem::exists(dir_ / "golden.safetensors")) GTEST_SKIP() << "no golden";
-    model_ = LlamaModel::load(dir_);
+    model_ = CausalLM::load(dir_);
     golden_ = std::make_unique<io::SafetensorsFile>(
         io::SafetensorsFile::open(dir_ / "golden.safetensors"));
   }
   Tensor g(const std::string& name) const { return golden_->tensor(name).to_f32(); }
 
   std::filesystem::path dir_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<CausalLM> model_;
   std::unique_ptr<io::SafetensorsFile> golden_;
 };
 

@@ -6,18 +6,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "kvq/core/tensor.h"
 #include "kvq/io/safetensors.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "support/test_paths.h"
 
 namespace kvq::model::test {
 
 inline std::filesystem::path tiny_dir(const std::string& variant) {
   return kvq::test::test_data_dir() / "tiny_llama" / variant;
+}
+
+// Every tensor of a checkpoint directory, by name (zero-copy over the mmap).
+inline std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {
+  const io::SafetensorsModel st = io::SafetensorsModel::open(dir);
+  std::map<std::string, Tensor> w;
+  for (const std::string& n : st.names()) w.emplace(n, st.tensor(n));
+  return w;
 }
 
 inline std::vector<std::int32_t> ids_of(const Tensor& t) {

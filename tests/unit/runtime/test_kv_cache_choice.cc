@@ -12,7 +12,7 @@
 #include "kvq/core/error.h"
 #include "kvq/lifecycle/apply.h"
 #include "kvq/lifecycle/calibrate.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 #include "kvq/quant/recipe.h"
 #include "kvq/runtime/kv_cache_choice.h"
 #include "support/test_paths.h"
@@ -73,8 +73,8 @@ TEST(KvCacheOption, ParsesModesFormatsAliasesAndGranularity) {
   EXPECT_THROW(parse_kv_cache_option(""), InvalidArgument);
 }
 
-std::unique_ptr<model::LlamaModel> tiny() {
-  return model::LlamaModel::load(test::test_data_dir() / "tiny_llama" / "gqa");
+std::unique_ptr<model::CausalLM> tiny() {
+  return model::CausalLM::load(test::test_data_dir() / "tiny_llama" / "gqa");
 }
 
 // `+q8`: int8, int4 and nvfp4 caches opt in to approximate int8-query decode scores; the flag

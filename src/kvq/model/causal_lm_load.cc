@@ -1,13 +1,13 @@
-// LlamaModel::load: config.json + safetensors weights from a Hugging Face model directory.
+// CausalLM::load: config.json + safetensors weights from a Hugging Face model directory.
 // (A separate file so code that only uses from_weights does not link the safetensors reader.)
 #include "kvq/io/model_config.h"
 #include "kvq/io/safetensors.h"
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 namespace kvq::model {
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::filesystem::path& model_dir,
-                                             const LoadOptions& options) {
+std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& model_dir,
+                                         const LoadOptions& options) {
   const io::ModelConfig config = io::load_model_config(model_dir);
   const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
   std::map<std::string, Tensor> weights;

@@ -1,4 +1,5 @@
-// LlamaForCausalLM forward pass in fp32, with hookable attention and an appendable KV cache.
+// A decoder-only causal LM (the architecture a row of model/architecture.h describes; Llama so
+// far): forward pass in fp32, with hookable attention and an appendable KV cache.
 //
 // Math (transformers' modeling_llama): embed → per layer [x += o_proj(attn(rope(q), rope(k), v))
 // of input_layernorm(x); x += down(silu(gate(h)) * up(h)) of post_attention_layernorm(x)] → norm
@@ -24,6 +25,7 @@
 
 #include "kvq/core/tensor.h"
 #include "kvq/io/model_config.h"
+#include "kvq/model/architecture.h"
 #include "kvq/model/attention.h"
 #include "kvq/model/kv_cache.h"
 #include "kvq/model/module.h"
@@ -50,24 +52,28 @@ DType parse_weight_dtype(std::string_view name);
 // kF32 → "f32", kBF16 → "bf16".
 std::string_view weight_dtype_label(DType dtype);
 
-class LlamaModel {
+class CausalLM {
  public:
   // Reads model_dir/config.json and the safetensors weights. ConfigError / FormatError naming
   // the directory and tensor when something is missing or has the wrong shape; InvalidArgument
   // for options.weights other than kF32 / kBF16.
-  static std::unique_ptr<LlamaModel> load(const std::filesystem::path& model_dir,
-                                          const LoadOptions& options = {});
+  static std::unique_ptr<CausalLM> load(const std::filesystem::path& model_dir,
+                                        const LoadOptions& options = {});
   // From HF-named tensors ("model.layers.0.self_attn.q_proj.weight", ...); any float dtype.
-  // "lm_head.weight" may be absent when config.tie_word_embeddings.
-  static std::unique_ptr<LlamaModel> from_weights(const io::ModelConfig& config,
-                                                  const std::map<std::string, Tensor>& weights,
-                                                  std::string source_name = "weights",
-                                                  const LoadOptions& options = {});
-  ~LlamaModel();
-  LlamaModel(const LlamaModel&) = delete;
-  LlamaModel& operator=(const LlamaModel&) = delete;
+  // "lm_head.weight" may be absent when config.tie_word_embeddings. The architecture comes from
+  // the config and the tensors must be its own (check_checkpoint_tensors: NotSupported naming an
+  // unknown architecture, unknown or quantized tensors; ConfigError for missing ones).
+  static std::unique_ptr<CausalLM> from_weights(const io::ModelConfig& config,
+                                                const std::map<std::string, Tensor>& weights,
+                                                std::string source_name = "weights",
+                                                const LoadOptions& options = {});
+  ~CausalLM();
+  CausalLM(const CausalLM&) = delete;
+  CausalLM& operator=(const CausalLM&) = delete;
 
   const io::ModelConfig& config() const { return config_; }
+  // The architecture row the model was built from (config.json's architectures).
+  const Architecture& architecture() const { return *arch_; }
   // kF32 or kBF16: the dtype of the Linear weights and the embedding table (LoadOptions).
   DType weight_dtype() const { return weight_dtype_; }
 
@@ -115,7 +121,7 @@ class LlamaModel {
 
  private:
   struct Layer;
-  LlamaModel() = default;
+  CausalLM() = default;
   void build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
              const std::string& source_name, const LoadOptions& options);
   // Runs the decoder stack; returns final-norm hidden states [batch * S, hidden]. `caches` is
@@ -127,6 +133,7 @@ class LlamaModel {
                     LogitsMode mode) const;
 
   io::ModelConfig config_;
+  const Architecture* arch_ = nullptr;
   DType weight_dtype_ = DType::kF32;
   std::vector<float> inv_freq_;
   std::unique_ptr<Module> root_;

@@ -1,4 +1,4 @@
-#include "kvq/model/llama_model.h"
+#include "kvq/model/causal_lm.h"
 
 #include <cmath>
 #include <cstring>
@@ -36,7 +36,7 @@ void apply_linear(const float* x, const LinearWeight& w, float* y, std::int64_t 
 
 }  // namespace
 
-struct LlamaModel::Layer {
+struct CausalLM::Layer {
   AttentionModule* attn = nullptr;
   LinearWeight wq;                   // [heads * head_dim, hidden]
   LinearWeight wk;                   // [kv_heads * head_dim, hidden]
@@ -137,24 +137,28 @@ std::unique_ptr<Module> make_module(std::string name, std::vector<std::string> c
 
 }  // namespace
 
-LlamaModel::~LlamaModel() = default;
+CausalLM::~CausalLM() = default;
 
-std::unique_ptr<LlamaModel> LlamaModel::from_weights(const io::ModelConfig& config,
-                                                     const std::map<std::string, Tensor>& weights,
-                                                     std::string source_name,
-                                                     const LoadOptions& options) {
-  std::unique_ptr<LlamaModel> m(new LlamaModel());
+std::unique_ptr<CausalLM> CausalLM::from_weights(const io::ModelConfig& config,
+                                                 const std::map<std::string, Tensor>& weights,
+                                                 std::string source_name,
+                                                 const LoadOptions& options) {
+  std::unique_ptr<CausalLM> m(new CausalLM());
   m->build(config, weights, source_name, options);
   return m;
 }
 
-void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
-                       const std::string& source, const LoadOptions& options) {
+void CausalLM::build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
+                     const std::string& source, const LoadOptions& options) {
   if (options.weights != DType::kF32 && options.weights != DType::kBF16) {
     fail<InvalidArgument>("{}: weights can be loaded as f32 or bf16, not {}", source,
                           dtype_name(options.weights));
   }
   validate_config(config, source);
+  arch_ = &find_architecture(config, source);
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : weights) shapes.emplace(name, t.shape());
+  check_checkpoint_tensors(*arch_, config, shapes, source);
   config_ = config;
   weight_dtype_ = options.weights;
   const bool bf16 = options.weights == DType::kBF16;
@@ -171,13 +175,13 @@ void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string
     return linear_weight(m->weight());
   };
   auto rms_norm = [&](Module* parent, const std::string& name) {
-    Module* m = parent->add_child(make_module(name, rms_norm_classes()));
+    Module* m = parent->add_child(make_module(name, arch_->norm_classes));
     m->set_weight(take_weight(weights, name + ".weight", {hid}, source, vector));
     return m;
   };
 
-  root_ = make_module("", causal_lm_classes());
-  Module* model = root_->add_child(make_module("model", llama_model_classes()));
+  root_ = make_module("", arch_->causal_lm_classes);
+  Module* model = root_->add_child(make_module("model", arch_->model_classes));
   embed_ = model->add_child(make_module("model.embed_tokens", embedding_classes()));
   embed_->set_weight(
       take_weight(weights, "model.embed_tokens.weight", {config.vocab_size, hid}, source, matrix));
@@ -186,23 +190,24 @@ void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string
   for (std::int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     Layer& L = layers_[static_cast<std::size_t>(l)];
-    Module* layer = list->add_child(make_module(p, decoder_layer_classes()));
+    Module* layer = list->add_child(make_module(p, arch_->decoder_layer_classes));
     L.attn = layer->add_child(std::make_unique<AttentionModule>(
-        p + ".self_attn", l, config.num_attention_heads, config.num_key_value_heads, d));
+        p + ".self_attn", arch_->attention_classes, l, config.num_attention_heads,
+        config.num_key_value_heads, d));
     L.wq = linear(L.attn, p + ".self_attn.q_proj", {qdim, hid});
     L.wk = linear(L.attn, p + ".self_attn.k_proj", {kvdim, hid});
     L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid});
     L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim});
-    Module* mlp = layer->add_child(make_module(p + ".mlp", mlp_classes()));
+    Module* mlp = layer->add_child(make_module(p + ".mlp", arch_->mlp_classes));
     L.w_gate = linear(mlp, p + ".mlp.gate_proj", {inter, hid});
     L.w_up = linear(mlp, p + ".mlp.up_proj", {inter, hid});
     L.w_down = linear(mlp, p + ".mlp.down_proj", {hid, inter});
-    mlp->add_child(make_module(p + ".mlp.act_fn", silu_classes()));
+    mlp->add_child(make_module(p + ".mlp.act_fn", arch_->activation_classes));
     L.in_norm = rms_norm(layer, p + ".input_layernorm")->weight().f32();
     L.post_norm = rms_norm(layer, p + ".post_attention_layernorm")->weight().f32();
   }
   norm_ = rms_norm(model, "model.norm");
-  model->add_child(make_module("model.rotary_emb", rotary_embedding_classes()));
+  model->add_child(make_module("model.rotary_emb", arch_->rotary_classes));
   lm_head_ = root_->add_child(make_module("lm_head", linear_classes()));
   if (config.tie_word_embeddings) {
     lm_head_->set_weight(embed_->weight());
@@ -212,38 +217,38 @@ void LlamaModel::build(const io::ModelConfig& config, const std::map<std::string
   }
 }
 
-Module* LlamaModel::find_module(std::string_view name) {
+Module* CausalLM::find_module(std::string_view name) {
   for (Module* m : root_->named_modules()) {
     if (m->name() == name) return m;
   }
   return nullptr;
 }
 
-AttentionModule& LlamaModel::attention(std::int64_t layer) {
+AttentionModule& CausalLM::attention(std::int64_t layer) {
   if (layer < 0 || layer >= static_cast<std::int64_t>(layers_.size())) {
     fail<InvalidArgument>("layer {} out of range (model has {})", layer, layers_.size());
   }
   return *layers_[static_cast<std::size_t>(layer)].attn;
 }
 
-std::vector<AttentionModule*> LlamaModel::attention_modules() {
+std::vector<AttentionModule*> CausalLM::attention_modules() {
   std::vector<AttentionModule*> out;
   for (Layer& L : layers_) out.push_back(L.attn);
   return out;
 }
 
-KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity,
-                               const KvCacheConfig& config) const {
+KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity,
+                             const KvCacheConfig& config) const {
   return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
                  capacity, config);
 }
 
-KvCache LlamaModel::make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const {
+KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const {
   return make_cache(batch, capacity, KvCacheConfig::of(format));
 }
 
-std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::int64_t batch,
-                                   std::span<KvCache* const> caches) {
+std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                 std::span<KvCache* const> caches) {
   const io::ModelConfig& c = config_;
   if (batch <= 0 || tokens.empty() || static_cast<std::int64_t>(tokens.size()) % batch != 0) {
     fail<InvalidArgument>("forward: {} tokens do not form {} equal non-empty sequences",
@@ -390,13 +395,13 @@ std::vector<float> LlamaModel::run(std::span<const std::int32_t> tokens, std::in
   return h;
 }
 
-void LlamaModel::compute_logits(const float* hidden, std::int64_t rows, float* logits) const {
+void CausalLM::compute_logits(const float* hidden, std::int64_t rows, float* logits) const {
   apply_linear(hidden, linear_weight(lm_head_->weight()), logits, rows, config_.vocab_size,
                config_.hidden_size);
 }
 
-Tensor LlamaModel::logits_for(const std::vector<float>& hidden, std::int64_t batch,
-                              std::int64_t seq, LogitsMode mode) const {
+Tensor CausalLM::logits_for(const std::vector<float>& hidden, std::int64_t batch, std::int64_t seq,
+                            LogitsMode mode) const {
   const std::int64_t hid = config_.hidden_size, vocab = config_.vocab_size;
   if (mode == LogitsMode::kAll) {
     Tensor out(DType::kF32, {batch, seq, vocab});
@@ -413,15 +418,15 @@ Tensor LlamaModel::logits_for(const std::vector<float>& hidden, std::int64_t bat
   return out;
 }
 
-Tensor LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
-                                 KvCache& cache, LogitsMode mode) {
+Tensor CausalLM::forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
+                               KvCache& cache, LogitsMode mode) {
   KvCache* const one[1] = {&cache};
   const std::vector<float> hidden = run(tokens, batch, one);
   return logits_for(hidden, batch, static_cast<std::int64_t>(tokens.size()) / batch, mode);
 }
 
-Tensor LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
-                                 LogitsMode mode) {
+Tensor CausalLM::forward_batch(std::span<const std::int32_t> tokens, std::int64_t batch,
+                               LogitsMode mode) {
   if (batch <= 0 || tokens.empty() || static_cast<std::int64_t>(tokens.size()) % batch != 0) {
     fail<InvalidArgument>("forward: {} tokens do not form {} equal non-empty sequences",
                           tokens.size(), batch);
@@ -431,18 +436,18 @@ Tensor LlamaModel::forward_batch(std::span<const std::int32_t> tokens, std::int6
   return forward_batch(tokens, batch, scratch, mode);
 }
 
-Tensor LlamaModel::forward(std::span<const std::int32_t> tokens, KvCache& cache, LogitsMode mode) {
+Tensor CausalLM::forward(std::span<const std::int32_t> tokens, KvCache& cache, LogitsMode mode) {
   Tensor t = forward_batch(tokens, 1, cache, mode);
   return t.reshape({t.dim(1), t.dim(2)});
 }
 
-Tensor LlamaModel::forward(std::span<const std::int32_t> tokens, LogitsMode mode) {
+Tensor CausalLM::forward(std::span<const std::int32_t> tokens, LogitsMode mode) {
   Tensor t = forward_batch(tokens, 1, mode);
   return t.reshape({t.dim(1), t.dim(2)});
 }
 
-Tensor LlamaModel::decode_step(std::span<const std::int32_t> tokens,
-                               std::span<KvCache* const> caches) {
+Tensor CausalLM::decode_step(std::span<const std::int32_t> tokens,
+                             std::span<KvCache* const> caches) {
   if (tokens.size() != caches.size() || tokens.empty()) {
     fail<InvalidArgument>(
         "decode_step: {} tokens for {} KV caches (one token per cache, at least one)",
@@ -455,8 +460,8 @@ Tensor LlamaModel::decode_step(std::span<const std::int32_t> tokens,
   return t.reshape({n, config_.vocab_size});
 }
 
-Tensor LlamaModel::forward_hidden(std::span<const std::int32_t> tokens, std::int64_t batch,
-                                  KvCache& cache) {
+Tensor CausalLM::forward_hidden(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                KvCache& cache) {
   KvCache* const one[1] = {&cache};
   const std::vector<float> hidden = run(tokens, batch, one);
   const std::int64_t seq = static_cast<std::int64_t>(tokens.size()) / batch;

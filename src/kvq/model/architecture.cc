@@ -1,0 +1,191 @@
+#include "kvq/model/architecture.h"
+
+#include <array>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "kvq/core/error.h"
+
+namespace kvq::model {
+namespace {
+
+const std::array<Architecture, 1>& table() {
+  static const std::array<Architecture, 1> rows = {
+      Architecture{
+          .hf_class = "LlamaForCausalLM",
+          .model_type = "llama",
+          .hidden_act = "silu",
+          .causal_lm_classes = {"LlamaForCausalLM", "LlamaPreTrainedModel", "PreTrainedModel",
+                                "Module"},
+          .model_classes = {"LlamaModel", "LlamaPreTrainedModel", "PreTrainedModel", "Module"},
+          .decoder_layer_classes = {"LlamaDecoderLayer", "GradientCheckpointingLayer", "Module"},
+          .attention_classes = {"LlamaAttention", "Module"},
+          .mlp_classes = {"LlamaMLP", "Module"},
+          .norm_classes = {"LlamaRMSNorm", "Module"},
+          .rotary_classes = {"LlamaRotaryEmbedding", "Module"},
+          .activation_classes = {"SiLUActivation", "Module"},
+      },
+  };
+  return rows;
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const Architecture& a : architectures()) {
+    s += fmt::format("{}{} (model_type {})", s.empty() ? "" : ", ", a.hf_class, a.model_type);
+  }
+  return s;
+}
+
+// The first `limit` names, then how many there are.
+std::string name_list(const std::vector<std::string>& names, std::size_t limit = 5) {
+  std::string s;
+  for (std::size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > limit) s += fmt::format(", ... ({} in all)", names.size());
+  return s;
+}
+
+// What compressed-tensors saves for quantized Linear modules (weights and their activations).
+bool is_quantized_linear_tensor(std::string_view name) {
+  static constexpr std::array<std::string_view, 11> kSuffixes = {
+      ".weight_packed",      ".weight_scale", ".weight_zero_point", ".weight_global_scale",
+      ".weight_shape",       ".weight_g_idx", ".input_scale",       ".input_zero_point",
+      ".input_global_scale", ".output_scale", ".output_zero_point"};
+  for (std::string_view s : kSuffixes) {
+    if (name.ends_with(s)) return true;
+  }
+  return false;
+}
+
+// <attn>.{q,k,v}_{scale,zero_point,global_scale} of a layer's attention module: the parameters
+// lifecycle::load_quantized reads.
+bool is_attention_qparam(std::string_view name, const std::set<std::string>& attention_modules) {
+  const std::size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos) return false;
+  const std::string_view leaf = name.substr(dot + 1);
+  if (leaf.size() < 3 || (leaf[0] != 'q' && leaf[0] != 'k' && leaf[0] != 'v') || leaf[1] != '_') {
+    return false;
+  }
+  const std::string_view kind = leaf.substr(2);
+  if (kind != "scale" && kind != "zero_point" && kind != "global_scale") return false;
+  return attention_modules.contains(std::string(name.substr(0, dot)));
+}
+
+}  // namespace
+
+std::span<const Architecture> architectures() { return table(); }
+
+const Architecture& find_architecture(const io::ModelConfig& c, std::string_view source) {
+  const Architecture* found = nullptr;
+  std::string asked;
+  if (!c.architectures.empty()) {
+    asked = c.architectures.front();
+    for (const Architecture& a : architectures()) {
+      if (a.hf_class == asked) found = &a;
+    }
+  } else {
+    asked = c.model_type.empty() ? std::string("(none: config.json names no architectures)")
+                                 : "model_type " + c.model_type;
+    for (const Architecture& a : architectures()) {
+      if (a.model_type == c.model_type) found = &a;
+    }
+  }
+  if (found == nullptr) {
+    fail<NotSupported>("{}: architecture {} is not supported; kvq runs {}", source, asked,
+                       supported_list());
+  }
+  if (!c.hidden_act.empty() && c.hidden_act != found->hidden_act) {
+    fail<NotSupported>("{}: hidden_act '{}' is not supported for {} (kvq runs '{}')", source,
+                       c.hidden_act, found->hf_class, found->hidden_act);
+  }
+  return *found;
+}
+
+std::vector<TensorSpec> expected_tensors(const Architecture& /*arch*/, const io::ModelConfig& c) {
+  // The Llama layout, the only one so far; architectures with other tensors add knobs here.
+  const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const std::int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const std::int64_t kv_rows = c.num_key_value_heads * c.head_dim;
+  std::vector<TensorSpec> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    out.push_back({p + "self_attn.q_proj.weight", {q_rows, h}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv_rows, h}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv_rows, h}});
+    out.push_back({p + "self_attn.o_proj.weight", {h, q_rows}});
+    out.push_back({p + "mlp.gate_proj.weight", {inter, h}});
+    out.push_back({p + "mlp.up_proj.weight", {inter, h}});
+    out.push_back({p + "mlp.down_proj.weight", {h, inter}});
+    out.push_back({p + "input_layernorm.weight", {h}});
+    out.push_back({p + "post_attention_layernorm.weight", {h}});
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return out;
+}
+
+void check_checkpoint_tensors(const Architecture& arch, const io::ModelConfig& c,
+                              const std::map<std::string, Shape>& tensors,
+                              std::string_view source) {
+  std::vector<std::string> missing;
+  std::set<std::string> known;
+  for (const TensorSpec& t : expected_tensors(arch, c)) {
+    known.insert(t.name);
+    auto it = tensors.find(t.name);
+    if (it == tensors.end()) {
+      missing.push_back(t.name);
+      continue;
+    }
+    if (it->second != t.shape) {
+      fail<ConfigError>(
+          "{}: tensor '{}' has shape {} but the config implies {} (hidden_size {}, heads {}, kv "
+          "heads {}, head_dim {}, intermediate_size {}, vocab_size {})",
+          source, t.name, shape_str(it->second), shape_str(t.shape), c.hidden_size,
+          c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.intermediate_size,
+          c.vocab_size);
+    }
+  }
+  // Layers past num_hidden_layers mean the config and the weights describe different models.
+  const std::string extra_layer = fmt::format("model.layers.{}.", c.num_hidden_layers);
+  for (const auto& [name, shape] : tensors) {
+    if (name.starts_with(extra_layer)) {
+      fail<ConfigError>("{}: tensor '{}' exists but num_hidden_layers is {}", source, name,
+                        c.num_hidden_layers);
+    }
+  }
+  std::vector<std::string> quantized;
+  for (const auto& [name, shape] : tensors) {
+    if (is_quantized_linear_tensor(name)) quantized.push_back(name);
+  }
+  if (!quantized.empty()) {
+    fail<NotSupported>(
+        "{}: the checkpoint holds quantized Linear weights ({}); kvq quantizes attention and "
+        "the KV cache of models whose Linear weights are float (f32 / f16 / bf16) and does not "
+        "dequantize compressed-tensors weight formats yet",
+        source, name_list(quantized));
+  }
+  if (!missing.empty()) {
+    fail<ConfigError>("{}: the weights lack tensors the config requires: {}", source,
+                      name_list(missing));
+  }
+  std::set<std::string> attention;
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    attention.insert(fmt::format("model.layers.{}.self_attn", i));
+  }
+  std::vector<std::string> unknown;
+  for (const auto& [name, shape] : tensors) {
+    if (known.contains(name) || is_attention_qparam(name, attention)) continue;
+    if (name == "lm_head.weight" || name.ends_with("rotary_emb.inv_freq")) continue;
+    unknown.push_back(name);
+  }
+  if (!unknown.empty()) {
+    fail<NotSupported>(
+        "{}: tensors that {} has no place for: {} (kvq refuses to drop weights it cannot run; a "
+        "model with biases or extra norms needs its own architecture row)",
+        source, arch.hf_class, name_list(unknown));
+  }
+}
+
+}  // namespace kvq::model

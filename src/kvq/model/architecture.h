@@ -1,0 +1,66 @@
+// The architecture seam: what one decoder-only model family is, as data. A row of this table
+// (like a ggml type-traits row) names the family's Hugging Face classes and tensors and the knobs
+// the forward pass reads; CausalLM::build and CausalLM::run take everything family-specific from
+// it, so a new architecture is a new row plus whatever new knob it needs (issue 18: Qwen's qkv
+// bias, Gemma's sandwich norms, ...). Llama is the first row.
+//
+// Loading refuses what kvq cannot run instead of guessing: an architecture that has no row, a
+// checkpoint tensor the row does not know (a Qwen2 q_proj.bias would otherwise be dropped
+// silently), and quantized Linear weights (compressed-tensors weight_packed / weight_scale ...,
+// integer weight dtypes).
+#pragma once
+
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvq/core/tensor.h"
+#include "kvq/io/model_config.h"
+
+namespace kvq::model {
+
+struct Architecture {
+  std::string_view hf_class;    // config.json "architectures"[0]: "LlamaForCausalLM"
+  std::string_view model_type;  // config.json "model_type": "llama"
+  std::string_view hidden_act;  // the gated MLP's activation it runs ("silu": SwiGLU)
+  // transformers' class hierarchies (the MRO restricted to nn.Module subclasses, most derived
+  // first), so recipe targets match modules as they do in compressed-tensors.
+  std::vector<std::string> causal_lm_classes;      // the root: {"LlamaForCausalLM", ...}
+  std::vector<std::string> model_classes;          // "model": {"LlamaModel", ...}
+  std::vector<std::string> decoder_layer_classes;  // "model.layers.N"
+  std::vector<std::string> attention_classes;      // "model.layers.N.self_attn"
+  std::vector<std::string> mlp_classes;            // "model.layers.N.mlp"
+  std::vector<std::string> norm_classes;           // the RMSNorms
+  std::vector<std::string> rotary_classes;         // "model.rotary_emb"
+  std::vector<std::string> activation_classes;     // "model.layers.N.mlp.act_fn"
+};
+
+// Every architecture kvq runs.
+std::span<const Architecture> architectures();
+// The row of config.architectures[0] (or of model_type when the list is empty), checked against
+// the config's hidden_act. NotSupported naming the architecture and listing kvq's otherwise.
+const Architecture& find_architecture(const io::ModelConfig& config, std::string_view source);
+
+// A checkpoint tensor the architecture expects.
+struct TensorSpec {
+  std::string name;  // "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;
+};
+// The tensors of `config` under `arch`, in module order (lm_head.weight omitted when tied).
+std::vector<TensorSpec> expected_tensors(const Architecture& arch, const io::ModelConfig& config);
+
+// Checks the names and shapes of a checkpoint's tensors against expected_tensors:
+//  - ConfigError naming `source` and the tensor when one is missing or has another shape than
+//    the config implies, or when the weights have layers past num_hidden_layers;
+//  - NotSupported naming the tensors when they are quantized Linear weights (weight_packed,
+//    weight_scale, weight_zero_point, weight_global_scale, weight_shape, input_scale...) or
+//    anything else the architecture does not know (a bias it has no place for, another model's
+//    tensors).
+// Allowed besides: attention quantization parameters (<attn>.{q,k,v}_{scale,zero_point}, read by
+// lifecycle::load_quantized), a tied lm_head.weight, and rotary inv_freq buffers.
+void check_checkpoint_tensors(const Architecture& arch, const io::ModelConfig& config,
+                              const std::map<std::string, Shape>& tensors, std::string_view source);
+
+}  // namespace kvq::model
