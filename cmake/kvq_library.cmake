@@ -25,5 +25,5 @@ function(kvq_library name)
   endforeach()
   target_link_libraries(kvq_${name} PUBLIC
     OpenMP::OpenMP_CXX nlohmann_json::nlohmann_json fmt::fmt yaml-cpp PkgConfig::PCRE2
-    PkgConfig::OPENBLAS PkgConfig::LIBPNG)
+    PkgConfig::OPENBLAS)
 endfunction()

@@ -12,7 +12,8 @@ targets=("$@")
 
 packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libopenblas-openmp-dev libcli11-dev libfmt-dev libpcre2-dev
-  libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libpng-dev zlib1g-dev)
+  libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev fonts-dejavu-core
+  zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -27,8 +27,8 @@ void run_compare_cmd(const CompareArgs& a) {
   o.out_dir = a.out;
   const eval::CompareResult r = eval::run_compare(o);
   std::fputs(eval::compare_markdown(r.rows, r.meta).c_str(), stdout);
-  std::printf("\nresults: %s\nplot:    %s\nwall time: %.1f s\n", r.results_json.c_str(),
-              r.plot_png.c_str(), r.seconds);
+  std::printf("\nresults: %s\nplot:    %s, %s\nwall time: %.1f s\n", r.results_json.c_str(),
+              r.plot_png.c_str(), r.plot_svg.c_str(), r.seconds);
 }
 
 }  // namespace

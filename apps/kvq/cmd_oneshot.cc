@@ -72,14 +72,16 @@ void run_oneshot(const OneshotArgs& a) {
     lifecycle::save_pretrained(*lc, a.model, a.output, [&](const fs::path& dir) {
       write_report(dir / kReportJson, dir / kReportPng);
     });
-    std::printf("saved: %s (report: %s, %s)\n", a.output.c_str(), kReportJson, kReportPng);
+    std::printf("saved: %s (report: %s, %s, %s)\n", a.output.c_str(), kReportJson, kReportPng,
+                fs::path(kReportPng).replace_extension(".svg").c_str());
   }
   if (!a.report.empty()) {
     const fs::path report(a.report);
     fs::path png = report;
     png.replace_extension(".png");
     write_report(report, png);
-    std::printf("report: %s, %s\n", report.c_str(), png.c_str());
+    std::printf("report: %s, %s, %s\n", report.c_str(), png.c_str(),
+                fs::path(png).replace_extension(".svg").c_str());
   }
   for (const std::string& w : lc->export_warnings())
     std::printf("vLLM export warning: %s\n", w.c_str());

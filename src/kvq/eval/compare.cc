@@ -511,7 +511,7 @@ ScatterPanel bits_panel(const std::vector<SchemeReport>& rows, std::string title
                         std::string y_label,
                         const std::function<std::optional<double>(const SchemeReport&)>& value) {
   ScatterPanel panel{
-      std::move(title), "KV BITS PER VALUE (LOG2 AXIS)", std::move(y_label), {}, true};
+      std::move(title), "KV bits per value (log₂ axis)", std::move(y_label), {}, true};
   double lo = INFINITY, hi = -INFINITY;  // over the quantized schemes (rows after the first)
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::optional<double> y = value(rows[i]);
@@ -521,8 +521,8 @@ ScatterPanel bits_panel(const std::vector<SchemeReport>& rows, std::string title
   }
   if (lo > 0 && hi >= 10 * lo) {
     panel.log10_y = true;
-    panel.y_label += " (LOG AXIS, BASELINE = 0)";
-    // The baseline's 0 has no place on a log axis (render_scatter would skip it anyway).
+    panel.y_label += " (log axis; baseline = 0 not shown)";
+    // The baseline's 0 has no place on a log axis (write_scatter would skip it anyway).
     std::erase_if(panel.points, [&](const ScatterPoint& p) { return p.y <= 0; });
   }
   return panel;
@@ -532,11 +532,11 @@ ScatterPanel bits_panel(const std::vector<SchemeReport>& rows, std::string title
 
 std::vector<ScatterPanel> quality_vs_bits_panels(const std::vector<SchemeReport>& rows) {
   if (rows.empty()) return {};
-  return {bits_panel(rows, "KLD VS KV BITS", "MEAN KLD (NATS)",
+  return {bits_panel(rows, "KLD vs KV bits", "Mean KLD (nats)",
                      [](const SchemeReport& r) -> std::optional<double> {
                        return r.has_kld ? std::optional(r.kld) : std::nullopt;
                      }),
-          bits_panel(rows, "DPPL VS KV BITS", "PPL - BASELINE PPL",
+          bits_panel(rows, "ΔPPL vs KV bits", "ΔPPL (PPL − baseline PPL)",
                      [](const SchemeReport& r) -> std::optional<double> {
                        return r.has_ppl ? std::optional(r.dppl) : std::nullopt;
                      })};
@@ -583,8 +583,8 @@ CompareResult run_compare(const CompareOptions& options) {
   write_json(res.results_json, j);
   io::write_file_atomic(o.out_dir / "results.md", compare_markdown(res.rows, res.meta));
 
-  res.plot_png = o.out_dir / "kld_vs_bits.png";
-  write_scatter_png(quality_vs_bits_panels(res.rows), res.plot_png);
+  const auto figure = write_scatter(quality_vs_bits_panels(res.rows), o.out_dir / "kld_vs_bits");
+  res.plot_png = figure.png, res.plot_svg = figure.svg;
   res.seconds = seconds_since(t0);
   return res;
 }

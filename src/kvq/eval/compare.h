@@ -121,15 +121,15 @@ struct CompareOptions {
 struct CompareResult {
   std::vector<SchemeReport> rows;
   CompareMeta meta;
-  std::filesystem::path results_json, plot_png;
+  std::filesystem::path results_json, plot_png, plot_svg;
   double seconds = 0;
 };
 
 // Runs every scheme (resuming finished rows), writes OUT/results.json, OUT/results.md and
-// OUT/kld_vs_bits.png.
+// OUT/kld_vs_bits.png (+ .svg).
 CompareResult run_compare(const CompareOptions& options);
 
-// The two panels of OUT/kld_vs_bits.png: mean KLD and ΔPPL against KV bits per value (log2 x
+// The two panels of OUT/kld_vs_bits.{png,svg}: mean KLD and ΔPPL against KV bits per value (log2 x
 // axis). A panel's y axis is log10 when the quantized schemes' values are all positive and span
 // at least a factor of 10 (8-bit and 4-bit schemes together, where a linear axis would stack the
 // 8-bit points at zero); the baseline (rows.front(), 0 by definition) is then left out and the

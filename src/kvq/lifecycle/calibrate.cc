@@ -166,19 +166,25 @@ void write_calibration_report_json(const CalibrationResult& result,
   io::write_file_atomic(path, j.dump(2) + "\n");
 }
 
-void write_calibration_heatmap_png(const CalibrationResult& result,
-                                   const std::filesystem::path& path) {
+plot::FigurePaths write_calibration_heatmap_png(const CalibrationResult& result,
+                                                const std::filesystem::path& path) {
   // One panel per base present; rows = layers, columns = heads (1 for tensor scales).
   std::vector<HeatmapPanel> panels;
   for (char base : {'q', 'k', 'v'}) {
     HeatmapPanel panel;
     panel.title = std::string(1, base) + "_scale";
+    bool per_head = false;
     for (const auto& r : result.records)
-      if (r.base == base) panel.rows.push_back(r.scale);
+      if (r.base == base) {
+        panel.rows.push_back(r.scale);
+        panel.row_labels.push_back(std::to_string(r.layer));
+        per_head |= r.scale.size() > 1;
+      }
+    if (!per_head) panel.col_axis = "per tensor";
     if (!panel.rows.empty()) panels.push_back(std::move(panel));
   }
   if (panels.empty()) fail<InvalidArgument>("calibration heatmap: nothing was calibrated");
-  write_heatmap_png(panels, path);
+  return write_heatmap(panels, path);
 }
 
 }  // namespace kvq::lifecycle

@@ -19,6 +19,7 @@
 
 #include "kvq/lifecycle/apply.h"
 #include "kvq/lifecycle/dataset.h"
+#include "kvq/plot/figure.h"
 
 namespace kvq::lifecycle {
 
@@ -50,12 +51,13 @@ CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
                             std::span<const CalibrationSample> samples,
                             const CalibrationOptions& options = {});
 
-// The calibration report: JSON with per layer/head absmax and scale, and a PNG heatmap
-// (layers x heads of the k scale, q and v panels beside it when present).
+// The calibration report: JSON with per layer/head absmax and scale, and a heatmap as PNG with
+// an SVG beside it (`path` = foo.png writes foo.png and foo.svg): layers x heads of the k scale,
+// q and v panels beside it when present, each with its colour bar.
 void write_calibration_report_json(const CalibrationResult& result,
                                    const QuantizationLifecycle& lifecycle,
                                    const std::filesystem::path& path);
-void write_calibration_heatmap_png(const CalibrationResult& result,
-                                   const std::filesystem::path& path);
+plot::FigurePaths write_calibration_heatmap_png(const CalibrationResult& result,
+                                                const std::filesystem::path& path);
 
 }  // namespace kvq::lifecycle

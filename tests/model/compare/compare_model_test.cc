@@ -44,6 +44,7 @@ TEST(CompareModel, TwoSchemesTinyBudget) {
   EXPECT_GT(fp8["decode"]["tokens_per_second"].get<double>(), 0.0);
   EXPECT_TRUE(fs::exists(out / "kld_vs_bits.png"));
   EXPECT_GT(fs::file_size(out / "kld_vs_bits.png"), 1000u);
+  EXPECT_GT(fs::file_size(out / "kld_vs_bits.svg"), 1000u);
   // The scheme's PPL / KLD part is cached whole; its per-window journal went with its completion.
   int parts = 0, journals = 0;
   for (const auto& e : fs::directory_iterator(out / "cache")) {

@@ -13,6 +13,8 @@
 #include "kvq/eval/compare.h"
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/report.h"
+#include "kvq/plot/colour.h"
+#include "support/figure_files.h"
 #include "support/test_paths.h"
 
 namespace kvq::eval {
@@ -228,70 +230,128 @@ TEST(Compare, MissingDataNamesPath) {
   }
 }
 
-TEST(Plot, PngHeaderAndSize) {
-  ScatterPanel p{"KLD",
-                 "BITS",
-                 "KLD",
+// A scratch directory and the files of one scatter figure written into it.
+struct WrittenScatter {
+  test::TempDir dir;
+  plot::FigurePaths paths;
+  explicit WrittenScatter(const std::vector<ScatterPanel>& panels)
+      : paths(write_scatter(panels, dir / "plot")) {}
+};
+
+TEST(Plot, WritesPngAndSvgOfTheLaidOutSize) {
+  ScatterPanel p{"ΔPPL vs KV bits",
+                 "KV bits per value (log₂ axis)",
+                 "Mean KLD (nats)",
                  {{4, 0.1, "KV-INT4-Head"},
                   {8, 0.01, "KV-FP8-Head"},
                   {32, 0, "baseline"},
                   {8, NAN, "skipped"}},
                  true};
-  const RgbImage img = render_scatter({p, p});
-  EXPECT_EQ(img.width, 2 * 420);
-  EXPECT_EQ(img.height, 300);
-  int dark = 0;  // the dots, axes and text drew something
-  for (std::size_t i = 0; i < img.pixels.size(); i += 3) dark += img.pixels[i + 1] < 100;
+  const WrittenScatter out({p, p});
+  EXPECT_EQ(out.paths.png, out.dir / "plot.png");
+  EXPECT_EQ(out.paths.svg, out.dir / "plot.svg");
+  const ScatterLayout layout = scatter_layout({p, p});
+  const test::DecodedPng img = test::read_png(out.paths.png);
+  EXPECT_EQ(img.width, layout.width);
+  EXPECT_EQ(img.height, layout.height);
+  EXPECT_EQ(layout.panels.size(), 2u);
+  int dark = 0;  // the axes and text drew something
+  for (const auto& px : img.pixels) dark += px.g < 100;
   EXPECT_GT(dark, 500);
-  const std::string png = encode_png(img);
-  ASSERT_GT(png.size(), 33u);
-  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
-  // IHDR width / height, big-endian.
-  auto be32 = [&](std::size_t o) {
-    return (static_cast<unsigned char>(png[o]) << 24) |
-           (static_cast<unsigned char>(png[o + 1]) << 16) |
-           (static_cast<unsigned char>(png[o + 2]) << 8) | static_cast<unsigned char>(png[o + 3]);
-  };
-  EXPECT_EQ(png.substr(12, 4), "IHDR");
-  EXPECT_EQ(be32(16), 840u);
-  EXPECT_EQ(be32(20), 300u);
-  EXPECT_THROW(render_scatter({}), InvalidArgument);
-  EXPECT_EQ(text_width("AB"), 11);
+  // The SVG is a whole document and carries the titles (its glyphs are paths).
+  const std::string svg = test::read_text(out.paths.svg);
+  EXPECT_TRUE(test::is_well_formed_xml(svg));
+  EXPECT_NE(svg.find("<title>ΔPPL vs KV bits; ΔPPL vs KV bits</title>"), std::string::npos);
+  EXPECT_THROW(scatter_layout({}), InvalidArgument);
 }
 
-// Vertical centres of the dots of a one-panel image, left to right (dots are the only pixels in
-// the dot colour; points are far enough apart in x that a gap of empty columns separates them).
-std::vector<double> dot_centres_y(const RgbImage& img) {
-  std::vector<double> centres;
-  double sum = 0;
+TEST(Plot, UnwritablePathNamesIt) {
+  const ScatterPanel p{"t", "x", "y", {{1, 1, "a"}}};
+  try {
+    write_scatter({p}, "/nonexistent-dir/plot.png");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/plot.png"), std::string::npos);
+  }
+}
+
+TEST(Plot, SeriesColourSchemeFamilies) {
+  EXPECT_EQ(series_of({0, 0, "KV-FP8-Head"}), "KV-FP8");
+  EXPECT_EQ(series_of({0, 0, "KV-FP8-Tensor"}), "KV-FP8");
+  EXPECT_EQ(series_of({0, 0, "QKV-FP8-Head"}), "QKV-FP8");
+  EXPECT_EQ(series_of({0, 0, "KV-NVFP4"}), "KV-NVFP4");
+  EXPECT_EQ(series_of({0, 0, "baseline"}), "baseline");
+  EXPECT_EQ(series_of({0, 0, "KV-FP8-Head", "mine"}), "mine");
+}
+
+// Centres of the dots of a one-panel image, left to right. Dots are the only pixels in the first
+// series colour (a dot's inside is painted exactly; text, grid and antialiased rims never are);
+// points are far enough apart in x that a gap of empty columns separates them.
+std::vector<std::pair<double, double>> dot_centres(const test::DecodedPng& img) {
+  std::vector<std::pair<double, double>> centres;
+  double sx = 0, sy = 0;
   int n = 0;
   for (int x = 0; x <= img.width; ++x) {
     int column = 0;
-    for (int y = 0; x < img.width && y < img.height; ++y) {
-      const std::uint8_t* px = &img.pixels[(static_cast<std::size_t>(y) * img.width + x) * 3];
-      if (px[0] == 200 && px[1] == 40 && px[2] == 40) sum += y, ++n, ++column;
-    }
-    if (column == 0 && n > 0) centres.push_back(sum / n), sum = 0, n = 0;
+    for (int y = 0; x < img.width && y < img.height; ++y)
+      if (img.at(x, y) == plot::series_colour(0)) sx += x, sy += y, ++n, ++column;
+    if (column == 0 && n > 0) centres.push_back({sx / n + 0.5, sy / n + 0.5}), sx = sy = 0, n = 0;
   }
   return centres;
+}
+
+std::vector<std::pair<double, double>> dot_centres(const ScatterPanel& p) {
+  const WrittenScatter out({p});
+  return dot_centres(test::read_png(out.paths.png));
+}
+
+// Where a point should land: its axis coordinate mapped linearly onto the panel's plot area.
+std::pair<double, double> expected_px(const ScatterFrame& f, double ax, double ay) {
+  return {f.area.x0 + (ax - f.x_lo) / (f.x_hi - f.x_lo) * f.area.width(),
+          f.area.y1 - (ay - f.y_lo) / (f.y_hi - f.y_lo) * f.area.height()};
+}
+
+TEST(Plot, DotsLandAtTheirPixelsOnLinearLog2AndLog10Axes) {
+  ScatterPanel p{"t", "x", "y", {{2, 1, ""}, {4, 2, ""}, {8, 4, ""}, {16, 8, ""}}};
+  for (bool log2_x : {false, true})
+    for (bool log10_y : {false, true}) {
+      p.log2_x = log2_x, p.log10_y = log10_y;
+      const ScatterFrame f = scatter_layout({p}).panels[0];
+      const auto dots = dot_centres(p);
+      ASSERT_EQ(dots.size(), 4u) << log2_x << log10_y;
+      for (std::size_t i = 0; i < 4; ++i) {
+        const auto& pt = p.points[i];
+        const auto [ex, ey] =
+            expected_px(f, log2_x ? std::log2(pt.x) : pt.x, log10_y ? std::log10(pt.y) : pt.y);
+        EXPECT_NEAR(dots[i].first, ex, 0.6) << log2_x << log10_y << " point " << i;
+        EXPECT_NEAR(dots[i].second, ey, 0.6) << log2_x << log10_y << " point " << i;
+      }
+      // Doubling x (and y) is an even step on a log axis and a doubling step on a linear one,
+      // whatever the frame says.
+      const double dx0 = dots[1].first - dots[0].first, dx1 = dots[2].first - dots[1].first;
+      const double dy0 = dots[0].second - dots[1].second, dy1 = dots[1].second - dots[2].second;
+      EXPECT_NEAR(dx1 / dx0, log2_x ? 1.0 : 2.0, 0.05);
+      EXPECT_NEAR(dy1 / dy0, log10_y ? 1.0 : 2.0, 0.05);
+    }
 }
 
 TEST(Plot, Log10AxisSpacesDecadesEvenly) {
   ScatterPanel p{"KLD", "BITS", "KLD", {{4, 0.001, ""}, {8, 0.01, ""}, {16, 0.1, ""}}, true};
   p.log10_y = true;
-  std::vector<double> ys = dot_centres_y(render_scatter({p}));
-  ASSERT_EQ(ys.size(), 3u);
-  EXPECT_GT(ys[0], ys[1]);  // larger values are drawn higher (smaller row)
-  EXPECT_NEAR(ys[0] - ys[1], ys[1] - ys[2], 1.0);
+  auto dots = dot_centres(p);
+  ASSERT_EQ(dots.size(), 3u);
+  EXPECT_GT(dots[0].second, dots[1].second);  // larger values are drawn higher (smaller row)
+  EXPECT_NEAR(dots[0].second - dots[1].second, dots[1].second - dots[2].second, 1.0);
+  EXPECT_NEAR(dots[1].first - dots[0].first, dots[2].first - dots[1].first, 1.0);  // log2 x
   // The same points on a linear axis are not evenly spaced: the flag is what spaces them.
   p.log10_y = false;
-  ys = dot_centres_y(render_scatter({p}));
-  ASSERT_EQ(ys.size(), 3u);
-  EXPECT_GT(ys[1] - ys[2], 5 * (ys[0] - ys[1]));
+  dots = dot_centres(p);
+  ASSERT_EQ(dots.size(), 3u);
+  EXPECT_GT(dots[1].second - dots[2].second, 5 * (dots[0].second - dots[1].second));
   // Non-positive values cannot sit on a log axis: skipped, not drawn at a made-up place.
   p.log10_y = true;
   p.points.push_back({32, 0.0, ""});
-  EXPECT_EQ(dot_centres_y(render_scatter({p})).size(), 3u);
+  EXPECT_EQ(dot_centres(p).size(), 3u);
 }
 
 SchemeReport plotted_row(std::string scheme, double bits, double kld, double dppl) {
@@ -314,7 +374,7 @@ TEST(Compare, PlotUsesALogAxisOnlyWhenTheSchemesSpanDecades) {
   for (const auto& panel : panels) {
     EXPECT_TRUE(panel.log10_y) << panel.title;
     EXPECT_TRUE(panel.log2_x);
-    EXPECT_NE(panel.y_label.find("LOG AXIS"), std::string::npos);
+    EXPECT_NE(panel.y_label.find("log axis"), std::string::npos);
     ASSERT_EQ(panel.points.size(), 2u);
     EXPECT_EQ(panel.points[0].label, "KV-FP8-Head");
   }
@@ -325,7 +385,7 @@ TEST(Compare, PlotUsesALogAxisOnlyWhenTheSchemesSpanDecades) {
   EXPECT_TRUE(panels[0].log10_y);
   EXPECT_FALSE(panels[1].log10_y);
   EXPECT_EQ(panels[1].points.size(), 3u);
-  EXPECT_EQ(panels[1].y_label, "PPL - BASELINE PPL");
+  EXPECT_EQ(panels[1].y_label, "ΔPPL (PPL − baseline PPL)");
   // 8-bit schemes only (within a factor of 10): linear, baseline drawn at 0.
   rows[1].dppl = 0.2;
   rows[2] = plotted_row("KV-FP8-Tensor", 8, 0.009, 0.3);

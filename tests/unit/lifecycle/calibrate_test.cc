@@ -133,9 +133,12 @@ TEST(Calibrate, ReportFiles) {
   auto lc = apply_quantization_config(*m, recipe("attn_fp8_head_static_minmax"));
   const auto r = calibrate(*lc, samples(), {.show_progress = false});
   write_calibration_report_json(r, *lc, tmp / "report.json");
-  write_calibration_heatmap_png(r, tmp / "heat.png");
+  const plot::FigurePaths heat = write_calibration_heatmap_png(r, tmp / "heat.png");
+  EXPECT_EQ(heat.png, tmp / "heat.png");
+  EXPECT_EQ(heat.svg, tmp / "heat.svg");
   EXPECT_GT(std::filesystem::file_size(tmp / "report.json"), 100u);
-  EXPECT_GT(std::filesystem::file_size(tmp / "heat.png"), 50u);
+  EXPECT_GT(std::filesystem::file_size(heat.png), 1000u);
+  EXPECT_GT(std::filesystem::file_size(heat.svg), 1000u);
 }
 
 }  // namespace
