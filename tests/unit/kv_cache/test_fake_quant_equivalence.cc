@@ -48,21 +48,28 @@ struct Scheme {
 };
 
 QuantizationArgs args_for(const Scheme& s) {
-  QuantizationArgs a;
-  if (s.format == KvFormat::kNVFP4) {
-    a.num_bits = 4;
-    a.type = QuantizationType::kFloat;
-    a.group_size = 16;
-    a.dynamic = quant::DynamicType::kLocal;
-    a.scale_dtype = DType::kF8E4M3;
-  } else {
-    a.num_bits = s.format == KvFormat::kINT4 ? 4 : 8;
-    a.type = s.format == KvFormat::kFP8E4M3 ? QuantizationType::kFloat : QuantizationType::kInt;
+  const auto a = quant::kv_quantization_args(s.format, s.symmetric, s.strategy);
+  EXPECT_TRUE(a.has_value()) << s.name();
+  return a.value_or(QuantizationArgs{});
+}
+
+// Every quantized format of the codec table with its k/v schemes: per tensor and per head,
+// symmetric and (with zero points) asymmetric; nvfp4 as tensor_group under a global scale.
+std::vector<Scheme> schemes() {
+  using S = QuantizationStrategy;
+  std::vector<Scheme> out;
+  for (const auto& t : quant::kv_format_table()) {
+    if (!t.needs_scale) continue;
+    if (t.global_scale) {
+      out.push_back({t.format, true, S::kTensorGroup});
+      continue;
+    }
+    for (bool symmetric : {true, false}) {
+      if (!symmetric && !t.supports_zero_point) continue;
+      for (S strategy : {S::kTensor, S::kAttnHead}) out.push_back({t.format, symmetric, strategy});
+    }
   }
-  a.strategy = s.strategy;
-  a.symmetric = s.symmetric;
-  a.validate();
-  return a;
+  return out;
 }
 
 // Per-(layer, k|v) min / max over kv heads, observed on an fp32 run of the whole sequence.
@@ -130,7 +137,7 @@ class FakeQuantEquivalence : public ::testing::Test {
     const auto n = static_cast<std::int64_t>(mn.size());
     const Tensor tmn = Tensor::from_f32({n}, mn), tmx = Tensor::from_f32({n}, mx);
     StreamQ q;
-    if (s.format == KvFormat::kNVFP4) {
+    if (quant::kv_format_traits(s.format).global_scale) {
       q.global_scale = quant::generate_gparam(tmn, tmx).to_f32_vector();
       return q;
     }
@@ -160,7 +167,7 @@ class FakeQuantEquivalence : public ::testing::Test {
           const Shape shape{st.batch, st.heads, st.tokens, st.head_dim};
           const std::vector<float> x(st.data, st.data + st.numel());
           Tensor out;
-          if (s.format == KvFormat::kNVFP4) {
+          if (quant::kv_format_traits(s.format).global_scale) {
             // tensor_group over the last dim: rows [B·H·S, D], one global scale.
             const Tensor x2 = Tensor::from_f32({st.batch * st.heads * st.tokens, st.head_dim}, x);
             const Tensor gs = Tensor::from_f32({1}, q.global_scale);
@@ -206,22 +213,13 @@ class FakeQuantEquivalence : public ::testing::Test {
 };
 
 TEST_F(FakeQuantEquivalence, PackedCacheMatchesFakeQuantizedFp32Cache) {
-  using S = QuantizationStrategy;
-  const Scheme schemes[] = {
-      {KvFormat::kFP8E4M3, true, S::kTensor},    {KvFormat::kFP8E4M3, true, S::kAttnHead},
-      {KvFormat::kINT8, true, S::kTensor},       {KvFormat::kINT8, true, S::kAttnHead},
-      {KvFormat::kINT8, false, S::kTensor},      {KvFormat::kINT8, false, S::kAttnHead},
-      {KvFormat::kINT4, true, S::kTensor},       {KvFormat::kINT4, true, S::kAttnHead},
-      {KvFormat::kINT4, false, S::kTensor},      {KvFormat::kINT4, false, S::kAttnHead},
-      {KvFormat::kNVFP4, true, S::kTensorGroup},
-  };
   const std::vector<float> plain = [&] {
     KvCache cache = model_->make_cache(1, 64);
     return run(cache);
   }();
   const auto vocab = model_->config().vocab_size;
   const auto prefill_n = static_cast<std::size_t>(prompt_.size()) * static_cast<std::size_t>(vocab);
-  for (const Scheme& s : schemes) {
+  for (const Scheme& s : schemes()) {
     const std::vector<float> a = run_fake_quant(s);
     const std::vector<float> b = run_packed(s);
     ASSERT_EQ(a.size(), b.size());
