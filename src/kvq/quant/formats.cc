@@ -87,6 +87,14 @@ struct Fp8 {
 };
 using Fp8E4M3 = Fp8<f32_to_e4m3, e4m3_lookup, kFp8Max>;
 
+// E5M2 (vLLM's fp8_e5m2 KV dtype): compressed-tensors' math on the E5M2 grid, clamped to
+// finfo(float8_e5m2).max, then torch's round-to-nearest-even cast (core/float8.h). 0.19.0's
+// QuantizationArgs cannot name it: float 8 bits is always float8_e4m3fn (pytorch_dtype,
+// round_to_quantized_type_args) and there is no FP8_E5M2_DATA, so the row has no args mapping:
+// it is a packed cache with dynamic (or given) scales, not a checkpoint scheme.
+constexpr float kFp8E5M2Max = 57344.0f;
+using Fp8E5M2 = Fp8<f32_to_e5m2, e5m2_to_f32, kFp8E5M2Max>;
+
 // ---- int8 / int4: compressed-tensors' int grids (calculate_range) -------------------------
 
 constexpr float kInt8Min = -128.0f, kInt8Max = 127.0f;
@@ -270,6 +278,19 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .unscaled = unscaled_nvfp4,
      .value = value_nvfp4,
      .dynamic_param = nvfp4_global_scale},
+    {.format = KvFormat::kFP8E5M2,
+     .name = "fp8_e5m2",
+     .aliases = {"e5m2", "float8_e5m2", "f8_e5m2", "fp8e5m2"},
+     .bits = 8,
+     .block_values = 1,
+     .block_bytes = 1,
+     .needs_scale = true,
+     .code_min = -kFp8E5M2Max,
+     .code_max = kFp8E5M2Max,
+     .quantize_row = Fp8E5M2::quantize,
+     .unscaled = Fp8E5M2::unscaled,
+     .value = scaled<Fp8E5M2::unscaled>,
+     .dynamic_param = symmetric_scale},
 }};
 
 constexpr bool rows_in_enum_order() {

@@ -8,6 +8,7 @@
 // NVFP4 keeps per-block scales inside the row. Row layouts (little-endian, n = head_dim):
 //   f32 / bf16 / f16  n plain values of x / scale (scale is 1 for an unquantized cache)
 //   fp8   n E4M3 bytes (float8_e4m3fn)
+//   fp8_e5m2  n E5M2 bytes (float8_e5m2, vLLM's other FP8 KV dtype)
 //   int8  n int8 values q (symmetric: zero point 0; asymmetric: integer zp in [-128, 127])
 //   int4  ceil(n/2) bytes: element 2i in the LOW nibble, 2i+1 in the high nibble, each stored
 //         as q + 8 (unsigned 0..15, q in [-8, 7]) — the pack order of compressed-tensors'
@@ -22,6 +23,8 @@
 // Quantization math is compressed-tensors 0.19.0's `_quantize` in fp32 (see fake_quantize.h):
 //   int:  q = round_half_even(clamp(x / scale + zp, code_min, code_max))
 //   fp8:  q = e4m3(clamp(x / scale + zp, -448, 448))
+//   fp8_e5m2: q = e5m2(clamp(x / scale + zp, -57344, 57344)) (finfo(float8_e5m2).max; no
+//         QuantizationArgs name E5M2, see formats.cc)
 //   nvfp4 (tensor_group, group 16, `global_scale` = the stream's fp32 global scale):
 //         block_scale = e4m3(clamp(global_scale * (amax_block / 6), ±448)), 0 -> 0.125
 //         q = e2m1(clamp(x / (block_scale / global_scale), -6, 6))
@@ -29,7 +32,7 @@
 // dequantize_row(quantize_row(x)) equals kvq::quant::fake_quantize bit for bit, except that a
 // zero may come back with the other sign (int codes have no -0).
 //
-// NaN policy: fp8 keeps NaN (E4M3 NaN code); int8/int4 store q = 0 for NaN (what torch's
+// NaN policy: fp8 / fp8_e5m2 keep NaN (a NaN code); int8/int4 store q = 0 for NaN (what torch's
 // `.to(int8)` gives on x86, i.e. compressed-tensors' compressed checkpoint), so NaN decodes as
 // -zp * scale; an nvfp4 block containing a NaN gets a NaN block scale, so the whole block decodes
 // to NaN (as fake_quantize's NaN amax does). ±inf saturate to the format's largest value.
@@ -50,8 +53,8 @@ namespace kvq::quant {
 struct QuantizationArgs;
 enum class QuantizationStrategy;
 
-enum class KvFormat : std::uint8_t { kF32, kBF16, kF16, kFP8E4M3, kINT8, kINT4, kNVFP4 };
-inline constexpr std::size_t kKvFormatCount = 7;  // the number of enumerators above
+enum class KvFormat : std::uint8_t { kF32, kBF16, kF16, kFP8E4M3, kINT8, kINT4, kNVFP4, kFP8E5M2 };
+inline constexpr std::size_t kKvFormatCount = 8;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).
@@ -85,7 +88,7 @@ struct KvArgsForm {
 
 struct KvFormatTraits {
   KvFormat format;
-  std::string_view name;                    // "f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4"
+  std::string_view name;  // "f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4", "fp8_e5m2"
   std::array<std::string_view, 6> aliases;  // parse_kv_format also accepts these ("" = unused)
   // Layout: a block of block_values values takes block_bytes bytes, its in-row scale included
   // (nvfp4: 16 values, 8 + 1 bytes); a row is ceil(n * bits / 8) bytes of values followed by

@@ -34,6 +34,7 @@ constexpr ScaleRule kRules[] = {
     {KvFormat::kFP8E4M3, 448.0f, -448.0f, 448.0f, true},
     {KvFormat::kINT8, 127.5f, -128.0f, 127.0f, false},
     {KvFormat::kINT4, 7.5f, -8.0f, 7.0f, false},
+    {KvFormat::kFP8E5M2, 57344.0f, -57344.0f, 57344.0f, true},
 };
 
 const ScaleRule& rule(KvFormat f) {

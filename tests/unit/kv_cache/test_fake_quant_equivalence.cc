@@ -1,14 +1,16 @@
 // The packed KV cache computes what compressed-tensors' fake quantization computes.
 //
 // Path A (the reference semantics): key / value hooks fake-quantize the new k / v with
-// kvq::quant::fake_quantize (the port checked against compressed-tensors by tests/golden/quant)
-// and the states go to an fp32 cache. Path B: no hooks, the cache is packed in the format with
-// the SAME scales / zero points / global scale. Both see identical dequantized values (A stores
-// them, B decodes them: quantize_row + dequantize_row == fake_quantize bit for bit), and B's
-// attention kernels decode each row to exactly those fp32 values inside the dot products and
-// accumulations, in the same order as the fp32 kernels. So the logits are bit-identical, prefill
-// and decode; the test demands exact equality (a wrong scale, zero point, head mapping or
-// rounding moves logits by ≥ 1e-3, and even a reordered sum shows as a nonzero difference).
+// kvq::quant::fake_quantize (the port checked against compressed-tensors by tests/golden/quant;
+// for fp8 E5M2, which QuantizationArgs cannot name, the same math written out:
+// tests/support/float_grid_reference.h) and the states go to an fp32 cache. Path B: no hooks, the
+// cache is packed in the format with the SAME scales / zero points / global scale. Both see
+// identical dequantized values (A stores them, B decodes them: quantize_row + dequantize_row ==
+// fake_quantize bit for bit), and B's attention kernels decode each row to exactly those fp32
+// values inside the dot products and accumulations, in the same order as the fp32 kernels. So the
+// logits are bit-identical, prefill and decode; the test demands exact equality (a wrong scale,
+// zero point, head mapping or rounding moves logits by ≥ 1e-3, and even a reordered sum shows as a
+// nonzero difference).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "kvq/quant/formats.h"
 #include "kvq/quant/qparams.h"
 #include "kvq/quant/quant_args.h"
+#include "support/float_grid_reference.h"
 #include "support/test_paths.h"
 
 namespace kvq::model {
@@ -47,9 +50,10 @@ struct Scheme {
   }
 };
 
+// The scheme's QuantizationArgs; a format without them (fp8 E5M2) gets default args, unused.
 QuantizationArgs args_for(const Scheme& s) {
   const auto a = quant::kv_quantization_args(s.format, s.symmetric, s.strategy);
-  EXPECT_TRUE(a.has_value()) << s.name();
+  EXPECT_TRUE(a.has_value() || test::float_grid(s.format) != nullptr) << s.name();
   return a.value_or(QuantizationArgs{});
 }
 
@@ -141,6 +145,11 @@ class FakeQuantEquivalence : public ::testing::Test {
       q.global_scale = quant::generate_gparam(tmn, tmx).to_f32_vector();
       return q;
     }
+    if (const test::FloatGrid* g = test::float_grid(s.format)) {  // symmetric on its grid
+      for (std::size_t i = 0; i < mn.size(); ++i)
+        q.scale.push_back(test::symmetric_scale_on_grid(*g, std::max(-mn[i], mx[i])));
+      return q;
+    }
     const quant::QParams qp = quant::calculate_qparams(tmn, tmx, a);
     q.scale = qp.scale.to_f32_vector();
     if (!s.symmetric) q.zp = qp.zero_point.to_f32_vector();
@@ -173,6 +182,16 @@ class FakeQuantEquivalence : public ::testing::Test {
             const Tensor gs = Tensor::from_f32({1}, q.global_scale);
             const quant::QParams qp = quant::compute_dynamic_scales_and_zp(x2, a, &gs);
             out = quant::fake_quantize(x2, qp.scale, &qp.zero_point, a, &gs);
+          } else if (const test::FloatGrid* g = test::float_grid(s.format)) {
+            std::vector<float> y(x.size());
+            // [batch, heads, tokens, head_dim]: one scale per head or one for all.
+            const auto per_head = static_cast<std::size_t>(st.tokens * st.head_dim);
+            const auto heads = static_cast<std::size_t>(st.heads);
+            for (std::size_t i = 0; i < x.size(); ++i) {
+              const std::size_t h = q.scale.size() == 1 ? 0 : (i / per_head) % heads;
+              y[i] = test::fake_quantize_on_grid(*g, x[i], q.scale[h], 0.0f);
+            }
+            out = Tensor::from_f32(shape, y);
           } else {
             const Shape sshape =
                 s.strategy == QuantizationStrategy::kAttnHead ? Shape{st.heads, 1, 1} : Shape{1};

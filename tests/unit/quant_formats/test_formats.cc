@@ -2,7 +2,8 @@
 //  - traits, names, row sizes, the QuantizationArgs mapping both ways, the dynamic-scale rule;
 //  - quantize_row + dequantize_row == compressed-tensors' fake_quantize (kvq::quant port, itself
 //    checked against the reference by tests/golden/quant) bit for bit in fp32, for every row of
-//    the table that QuantizationArgs can express;
+//    the table that QuantizationArgs can express, and == the same math written out
+//    (tests/support/float_grid_reference.h) for those it cannot (fp8 E5M2);
 //  - the documented NaN / saturation policies.
 // The fast kernels on packed rows are tested against these codecs in tests/unit/kernels.
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kvq/core/float8.h"
@@ -22,6 +24,7 @@
 #include "kvq/quant/kv_row_layout.h"
 #include "kvq/quant/qparams.h"
 #include "kvq/quant/quant_args.h"
+#include "support/float_grid_reference.h"
 #include "support/random_rows.h"
 
 namespace kvq::quant {
@@ -74,6 +77,12 @@ TEST(KvFormats, TraitsTable) {
   EXPECT_EQ(parse_kv_format("bfloat16"), KvFormat::kBF16);
   EXPECT_EQ(parse_kv_format("float16"), KvFormat::kF16);
   EXPECT_EQ(parse_kv_format("FP4"), KvFormat::kNVFP4);
+  EXPECT_EQ(parse_kv_format("fp8_e5m2"), KvFormat::kFP8E5M2);
+  EXPECT_EQ(parse_kv_format("E5M2"), KvFormat::kFP8E5M2);
+  EXPECT_EQ(parse_kv_format("torch.float8_e5m2"), KvFormat::kFP8E5M2);
+  EXPECT_EQ(kv_format_traits(KvFormat::kFP8E5M2).code_max, 57344.0f);
+  EXPECT_FALSE(kv_format_traits(KvFormat::kFP8E5M2).supports_zero_point);
+  EXPECT_FALSE(kv_format_traits(KvFormat::kFP8E5M2).supports_int8_query());
   EXPECT_FALSE(parse_kv_format("int3").has_value());
   EXPECT_FALSE(parse_kv_format("").has_value());
   EXPECT_FALSE(parse_kv_format("torch.").has_value());
@@ -125,6 +134,8 @@ TEST(KvFormats, QuantizationArgsMapping) {
   EXPECT_EQ(nv->group_size, 16);
   EXPECT_EQ(nv->scale_dtype, DType::kF8E4M3);
   EXPECT_FALSE(kv_quantization_args(KvFormat::kF32, true, QuantizationStrategy::kTensor));
+  // compressed-tensors 0.19.0 has no E5M2 args: float 8 bits is float8_e4m3fn.
+  EXPECT_FALSE(kv_quantization_args(KvFormat::kFP8E5M2, true, QuantizationStrategy::kTensor));
 }
 
 // The dynamic-scale rule is compressed-tensors' symmetric calculate_qparams on the format's
@@ -145,7 +156,12 @@ TEST(KvFormats, DynamicRuleIsCalculateQparams) {
         continue;
       }
       const auto args = kv_quantization_args(t.format, true, QuantizationStrategy::kTensor);
-      if (!args) continue;  // QuantizationArgs cannot name this grid
+      if (!args) {  // QuantizationArgs cannot name this grid: the same math written out
+        const test::FloatGrid* g = test::float_grid(t.format);
+        ASSERT_NE(g, nullptr) << t.name << ": add its grid to tests/support/float_grid_reference.h";
+        EXPECT_EQ(got, test::symmetric_scale_on_grid(*g, amax)) << t.name << " " << amax;
+        continue;
+      }
       const float want = calculate_qparams(mn, mx, *args).scale.to_f32().f32()[0];
       EXPECT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want))
           << t.name << " amax " << amax << ": " << got << " vs " << want;
@@ -158,6 +174,7 @@ TEST(KvFormats, RowBytes) {
   EXPECT_EQ(kv_row_bytes(KvFormat::kBF16, 64), 128u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kF16, 64), 128u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kFP8E4M3, 64), 64u);
+  EXPECT_EQ(kv_row_bytes(KvFormat::kFP8E5M2, 17), 17u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT8, 64), 64u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT4, 64), 32u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT4, 17), 9u);
@@ -168,6 +185,7 @@ TEST(KvFormats, RowBytes) {
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kF32), 4.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kBF16), 2.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kFP8E4M3), 1.0);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kFP8E5M2), 1.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT8), 1.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4), 0.5);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kNVFP4), 0.5625);
@@ -218,7 +236,10 @@ struct Case {
 void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
   const auto n = static_cast<std::int64_t>(x.size());
   const Tensor xt = Tensor::from_f32({1, n}, x);
-  const QuantizationArgs args = make_args(c.format, c.symmetric);
+  const bool has_args = kv_format_traits(c.format).args.exists;
+  ASSERT_TRUE(has_args || test::float_grid(c.format) != nullptr)
+      << kv_format_name(c.format) << ": no reference (tests/support/float_grid_reference.h)";
+  const QuantizationArgs args = has_args ? make_args(c.format, c.symmetric) : QuantizationArgs{};
   float lo = 0.0f, hi = 0.0f;
   for (float v : x) {
     lo = std::min(lo, v);
@@ -229,7 +250,14 @@ void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
   std::vector<float> got(x.size());
   std::vector<std::byte> row(kv_row_bytes(c.format, n));
   Tensor want;
-  if (kv_format_traits(c.format).global_scale) {  // nvfp4: tensor_group under a global scale
+  if (const test::FloatGrid* g = test::float_grid(c.format)) {  // no QuantizationArgs
+    const float scale = test::symmetric_scale_on_grid(*g, std::max(-lo, hi) * c.scale_shrink);
+    std::vector<float> w(x.size());
+    for (std::int64_t i = 0; i < n; ++i) w[i] = test::fake_quantize_on_grid(*g, x[i], scale, 0.0f);
+    want = Tensor::from_f32({1, n}, w);
+    quantize_row(c.format, x.data(), n, scale, 0.0f, 1.0f, row.data());
+    dequantize_row(c.format, row.data(), n, scale, 0.0f, 1.0f, got.data());
+  } else if (kv_format_traits(c.format).global_scale) {  // nvfp4: tensor_group under a global scale
     const Tensor gs = generate_gparam(mn, mx);
     const QParams qp = compute_dynamic_scales_and_zp(xt, args, &gs);
     want = fake_quantize(xt, qp.scale, &qp.zero_point, args, &gs);
@@ -254,12 +282,12 @@ void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
   }
 }
 
-// Every quantized row of the table that QuantizationArgs can express: symmetric and (with zero
-// points) asymmetric, with static scales that fit the data or make it clamp.
+// Every quantized row of the table: symmetric and (with zero points) asymmetric, with static
+// scales that fit the data or make it clamp.
 std::vector<Case> fake_quantize_cases() {
   std::vector<Case> cases;
   for (const auto& t : kv_format_table()) {
-    if (!t.needs_scale || !t.args.exists) continue;
+    if (!t.needs_scale) continue;
     for (float shrink : {1.0f, 0.3f, 0.01f}) {
       cases.push_back({t.format, true, shrink});
       if (t.supports_zero_point) cases.push_back({t.format, false, shrink});
@@ -296,13 +324,79 @@ TEST(KvFormats, RoundTripEqualsFakeQuantizeOnTiesAndEdges) {
     if (std::fabs(v) < 100.0f) finite.push_back(v);
   while (finite.size() % 16 != 0) finite.push_back(0.0f);
   for (const auto& t : kv_format_table()) {
-    if (!t.needs_scale || !t.args.exists) continue;
+    if (!t.needs_scale) continue;
     const KvFormat f = t.format;
     check_against_fake_quantize({f, true, 1.0f}, ties);
     check_against_fake_quantize({f, true, 1.0f}, finite);
     check_against_fake_quantize({f, true, 0.25f}, finite);
     if (t.supports_zero_point) check_against_fake_quantize({f, false, 1.0f}, finite);
   }
+}
+
+// The written-out reference used for grids without QuantizationArgs is fake_quantize (and its
+// scale calculate_qparams) bit for bit where both exist: on the E4M3 grid.
+TEST(KvFormats, FloatGridReferenceIsFakeQuantizeOnE4M3) {
+  const QuantizationArgs args = make_args(KvFormat::kFP8E4M3, true);
+  const test::FloatGrid& g = test::kE4M3Grid;
+  std::mt19937 rng(29);
+  for (float spread : {1e-3f, 1.0f, 300.0f}) {
+    std::vector<float> x = random_row(rng, 256, spread);
+    x[7] = kNaN;
+    x[8] = kInf;
+    x[9] = -1e6f;
+    float amax = 0.0f;
+    for (float v : x)
+      if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+    for (float shrink : {1.0f, 0.1f}) {
+      const float a = amax * shrink;
+      const QParams qp = calculate_qparams(Tensor::from_f32({1}, std::vector<float>{-a}),
+                                           Tensor::from_f32({1}, std::vector<float>{a}), args);
+      const float scale = qp.scale.to_f32().f32()[0];
+      ASSERT_EQ(scale, test::symmetric_scale_on_grid(g, a));
+      const Tensor want =
+          fake_quantize(Tensor::from_f32({1, 256}, x), qp.scale, &qp.zero_point, args);
+      for (int i = 0; i < 256; ++i) {
+        const float got = test::fake_quantize_on_grid(g, x[i], scale, 0.0f);
+        EXPECT_TRUE(std::isnan(got) ? std::isnan(want.f32()[i])
+                                    : std::bit_cast<std::uint32_t>(got) ==
+                                          std::bit_cast<std::uint32_t>(want.f32()[i]))
+            << i << " x=" << x[i] << ": " << got << " vs " << want.f32()[i];
+      }
+    }
+  }
+}
+
+// E5M2 at scale 1: every midpoint between neighbouring codes (ties to the even code), the
+// neighbours of each midpoint, and the saturating edges (57344 is the largest finite value;
+// torch's cast would give inf from 61440 on, the clamp before it does not).
+TEST(KvFormats, Fp8E5M2MidpointsAndEdgesAtScaleOne) {
+  const test::FloatGrid& g = *test::float_grid(KvFormat::kFP8E5M2);
+  std::vector<float> x;
+  for (int c = 0; c < 0x7b; ++c) {
+    const float mid = (e5m2_to_f32(static_cast<std::uint8_t>(c)) +
+                       e5m2_to_f32(static_cast<std::uint8_t>(c + 1))) /
+                      2.0f;
+    for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, kInf)}) {
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  for (float v : {57344.0f, 60000.0f, 61440.0f, 1e6f, 0.0f, -0.0f, kInf}) {
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  x.push_back(kNaN);  // after +inf, -inf
+  const auto n = static_cast<std::int64_t>(x.size());
+  std::vector<std::byte> row(kv_row_bytes(KvFormat::kFP8E5M2, n));
+  std::vector<float> got(x.size());
+  quantize_row(KvFormat::kFP8E5M2, x.data(), n, 1.0f, 0.0f, 1.0f, row.data());
+  dequantize_row(KvFormat::kFP8E5M2, row.data(), n, 1.0f, 0.0f, 1.0f, got.data());
+  for (std::int64_t i = 0; i < n; ++i)
+    EXPECT_TRUE(same_value(got[i], test::fake_quantize_on_grid(g, x[i], 1.0f, 0.0f)))
+        << "x=" << x[i];
+  EXPECT_EQ(got[got.size() - 3], 57344.0f);   // +inf saturates
+  EXPECT_EQ(got[got.size() - 2], -57344.0f);  // -inf
+  EXPECT_TRUE(std::isnan(got.back()));
 }
 
 // The nvfp4 block scale is global_scale * (amax / 6), in that order (calculate_qparams divides
@@ -376,13 +470,17 @@ TEST(KvFormats, NanAndInfPolicy) {
   x[2] = -kInf;
   std::vector<float> got(32);
   std::vector<std::byte> row(64);
-  // fp8: NaN stays NaN, inf saturates to +-448 (clamp before the cast).
-  quantize_row(KvFormat::kFP8E4M3, x.data(), 32, 0.5f, 0.0f, 1.0f, row.data());
-  dequantize_row(KvFormat::kFP8E4M3, row.data(), 32, 0.5f, 0.0f, 1.0f, got.data());
-  EXPECT_TRUE(std::isnan(got[0]));
-  EXPECT_EQ(got[1], 224.0f);
-  EXPECT_EQ(got[2], -224.0f);
-  EXPECT_EQ(got[3], 0.25f);
+  // fp8 / fp8_e5m2: NaN stays NaN, inf saturates to +-448 / +-57344 (clamp before the cast: never
+  // E5M2's inf code).
+  for (const auto& [f, saturated] :
+       {std::pair{KvFormat::kFP8E4M3, 224.0f}, std::pair{KvFormat::kFP8E5M2, 28672.0f}}) {
+    quantize_row(f, x.data(), 32, 0.5f, 0.0f, 1.0f, row.data());
+    dequantize_row(f, row.data(), 32, 0.5f, 0.0f, 1.0f, got.data());
+    EXPECT_TRUE(std::isnan(got[0])) << kv_format_name(f);
+    EXPECT_EQ(got[1], saturated) << kv_format_name(f);
+    EXPECT_EQ(got[2], -saturated) << kv_format_name(f);
+    EXPECT_EQ(got[3], 0.25f) << kv_format_name(f);
+  }
   // int8 / int4: NaN stores q = 0 (torch's .to(int8) on x86), decoding to -zp * scale.
   quantize_row(KvFormat::kINT8, x.data(), 32, 0.5f, 3.0f, 1.0f, row.data());
   dequantize_row(KvFormat::kINT8, row.data(), 32, 0.5f, 3.0f, 1.0f, got.data());
