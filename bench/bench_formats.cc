@@ -1,5 +1,6 @@
-// KV row codecs (kvq/quant/formats.h): dequantize_row, dot_row and axpy_row per storage format,
-// dispatched (AVX-512 here) and scalar reference, over head_dim-64 rows. Two working sets:
+// KV row kernels (kvq/kernels/cpu/kv_row_kernels.h): dequantize_row, dot_row and axpy_row per
+// storage format, dispatched (AVX-512 here) and scalar (the codec and the kernels' scalar twins,
+// kernels/ref/kv_rows_ref.h), over head_dim-64 rows. Two working sets:
 // 256 rows (L1/L2-resident: the kernel's own speed) and 2^18 rows (far beyond the caches: what
 // a long-context decode sees). bytes_per_second counts the PACKED bytes read, so formats compare
 // by how fast they turn cache bytes into attention work; items_per_second counts values.
@@ -11,8 +12,10 @@
 #include <random>
 #include <vector>
 
+#include "kvq/kernels/cpu/int8_query.h"
+#include "kvq/kernels/cpu/kv_row_kernels.h"
+#include "kvq/kernels/ref/kv_rows_ref.h"
 #include "kvq/quant/formats.h"
-#include "kvq/quant/int8_query.h"
 
 namespace {
 
@@ -55,20 +58,20 @@ void BM_Row(benchmark::State& state) {
       const std::byte* row = rows.bytes.data() + t * rows.row_bytes;
       if constexpr (kOp == Op::kDequantize) {
         if constexpr (kReference)
-          kvq::quant::ref::dequantize_row(f, row, kHeadDim, 0.05f, 0.0f, 500.0f, out.data());
-        else
           kvq::quant::dequantize_row(f, row, kHeadDim, 0.05f, 0.0f, 500.0f, out.data());
+        else
+          kvq::kernels::dequantize_row(f, row, kHeadDim, 0.05f, 0.0f, 500.0f, out.data());
         benchmark::DoNotOptimize(out.data());
       } else if constexpr (kOp == Op::kDot) {
         if constexpr (kReference)
-          sink += kvq::quant::ref::dot_row(f, q.data(), row, kHeadDim, 0.0f);
+          sink += kvq::kernels::ref::dot_row(f, q.data(), row, kHeadDim, 0.0f);
         else
-          sink += kvq::quant::dot_row(f, q.data(), row, kHeadDim, 0.0f);
+          sink += kvq::kernels::dot_row(f, q.data(), row, kHeadDim, 0.0f);
       } else {
         if constexpr (kReference)
-          kvq::quant::ref::axpy_row(f, 1e-3f, row, kHeadDim, 0.0f, out.data());
+          kvq::kernels::ref::axpy_row(f, 1e-3f, row, kHeadDim, 0.0f, out.data());
         else
-          kvq::quant::axpy_row(f, 1e-3f, row, kHeadDim, 0.0f, out.data());
+          kvq::kernels::axpy_row(f, 1e-3f, row, kHeadDim, 0.0f, out.data());
         benchmark::DoNotOptimize(out.data());
       }
     }
@@ -77,8 +80,9 @@ void BM_Row(benchmark::State& state) {
   benchmark::DoNotOptimize(sink);
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(rows.bytes.size()));
   state.SetItemsProcessed(state.iterations() * rows.count * kHeadDim);
-  state.SetLabel(std::string(kvq::quant::kv_format_name(f)) + " " +
-                 std::string(kReference ? "scalar" : kvq::quant::kv_format_isa()));
+  state.SetLabel(
+      std::string(kvq::quant::kv_format_name(f)) + " " +
+      std::string(kReference ? "scalar" : kvq::kernels::isa_name(kvq::kernels::kv_rows_isa())));
 }
 
 void formats(benchmark::internal::Benchmark* b) {
@@ -109,23 +113,23 @@ void BM_ScoresInt8(benchmark::State& state) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> q(kQueries * kHeadDim), scores(kQueries * kTile);
   for (float& v : q) v = dist(rng);
-  kvq::quant::Int8Query qq;
+  kvq::kernels::Int8Query qq;
   for (auto _ : state) {
-    if constexpr (kInt8Query) kvq::quant::quantize_query_int8(q.data(), kQueries, kHeadDim, &qq);
+    if constexpr (kInt8Query) kvq::kernels::quantize_query_int8(q.data(), kQueries, kHeadDim, &qq);
     for (std::int64_t t = 0; t < rows.count; t += kTile) {
       const std::byte* tile = rows.bytes.data() + t * static_cast<std::int64_t>(rows.row_bytes);
       const std::int64_t nt = std::min(kTile, rows.count - t);
       if constexpr (kInt8Query)
-        kvq::quant::dot_rows_int8_query(codec, qq, tile, nt, scores.data(), kTile);
+        kvq::kernels::dot_rows_int8_query(codec, qq, tile, nt, scores.data(), kTile);
       else
-        kvq::quant::dot_rows(codec, q.data(), kQueries, tile, nt, scores.data(), kTile);
+        kvq::kernels::dot_rows(codec, q.data(), kQueries, tile, nt, scores.data(), kTile);
       benchmark::DoNotOptimize(scores.data());
     }
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(rows.bytes.size()));
-  state.SetLabel(kInt8Query ? (kvq::quant::int8_query_dot_is_fast(codec) ? "int8 query, vnni"
-                                                                         : "int8 query, scalar")
+  state.SetLabel(kInt8Query ? (kvq::kernels::int8_query_dot_is_fast(codec) ? "int8 query, vnni"
+                                                                           : "int8 query, scalar")
                             : "exact float");
 }
 

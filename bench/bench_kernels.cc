@@ -20,6 +20,7 @@
 
 #include "kvq/core/dtype.h"
 #include "kvq/kernels/cpu/attention.h"
+#include "kvq/kernels/cpu/kv_row_kernels.h"
 #include "kvq/kernels/cpu/linear.h"
 #include "kvq/model/causal_lm.h"
 #include "kvq/quant/formats.h"
@@ -149,14 +150,18 @@ BENCHMARK(BM_GemvBatch)
 // range(1) = context). A "layer" is 3 kv heads × ctx rows of K and V; the benchmark cycles over
 // max(30, enough to exceed 256 MiB) such layers so every step reads K+V from DRAM, not L3 (the
 // whole model's cache is 30 layers). GB/s = packed K+V bytes read per step / time.
-// fmt 7, 8, 9 (past the formats): int8, int4, nvfp4 rows with the opt-in int8-query scores
-// (+q8).
-constexpr kvq::quant::KvFormat kQ8Formats[] = {
-    kvq::quant::KvFormat::kINT8, kvq::quant::KvFormat::kINT4, kvq::quant::KvFormat::kNVFP4};
-constexpr std::int64_t kFirstQ8 = 7;
+// fmt kKvFormatCount.. (past the formats): the formats with the opt-in int8-query scores (+q8:
+// int8, int4, nvfp4 rows).
+std::vector<kvq::quant::KvFormat> q8_formats() {
+  std::vector<kvq::quant::KvFormat> formats;
+  for (const auto& t : kvq::quant::kv_format_table())
+    if (t.supports_int8_query()) formats.push_back(t.format);
+  return formats;
+}
+constexpr auto kFirstQ8 = static_cast<std::int64_t>(kvq::quant::kKvFormatCount);
 void BM_DecodeAttention(benchmark::State& state) {
   const bool q8 = state.range(0) >= kFirstQ8;
-  const auto format = q8 ? kQ8Formats[state.range(0) - kFirstQ8]
+  const auto format = q8 ? q8_formats()[static_cast<std::size_t>(state.range(0) - kFirstQ8)]
                          : static_cast<kvq::quant::KvFormat>(state.range(0));
   const std::int64_t ctx = state.range(1), kvh = 3, heads = 9, d = 64;
   const auto row_bytes = static_cast<std::int64_t>(kvq::quant::kv_row_bytes(format, d));
@@ -196,7 +201,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * layer_bytes);
   state.SetLabel(std::string(kvq::quant::kv_format_name(format)) + (q8 ? "+q8/" : "/") +
-                 std::string(kvq::quant::kv_format_isa()));
+                 std::string(kvq::kernels::isa_name(kvq::kernels::kv_rows_isa())));
 }
 
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
@@ -208,7 +213,8 @@ void decode_attention_args(benchmark::internal::Benchmark* b) {
       b->Args({static_cast<std::int64_t>(t.format), ctx});
     }
   }
-  for (std::int64_t fmt = kFirstQ8; fmt < kFirstQ8 + 3; ++fmt)
+  const auto q8_count = static_cast<std::int64_t>(q8_formats().size());
+  for (std::int64_t fmt = kFirstQ8; fmt < kFirstQ8 + q8_count; ++fmt)
     for (std::int64_t ctx : {512, 2048, 8192, 16384}) b->Args({fmt, ctx});
 }
 BENCHMARK(BM_DecodeAttention)

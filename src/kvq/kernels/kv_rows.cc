@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kvq/kernels/cpu/kv_row_kernels.h"
+
 namespace kvq::kernels {
 
 void load_kv_rows(const KvRowsView& view, std::int64_t t0, std::int64_t n, float* out) {
@@ -11,16 +13,16 @@ void load_kv_rows(const KvRowsView& view, std::int64_t t0, std::int64_t n, float
     return;
   }
   for (std::int64_t t = 0; t < n; ++t) {
-    quant::dequantize_row(view.format, view.row(t0 + t), d, view.scale, view.zero_point,
-                          view.global_scale, out + t * d);
+    kernels::dequantize_row(view.format, view.row(t0 + t), d, view.scale, view.zero_point,
+                            view.global_scale, out + t * d);
   }
 }
 
 void load_kv_rows_ref(const KvRowsView& view, std::int64_t t0, std::int64_t n, float* out) {
   const std::int64_t d = view.head_dim;
   for (std::int64_t t = 0; t < n; ++t) {
-    quant::ref::dequantize_row(view.format, view.row(t0 + t), d, view.scale, view.zero_point,
-                               view.global_scale, out + t * d);
+    quant::dequantize_row(view.format, view.row(t0 + t), d, view.scale, view.zero_point,
+                          view.global_scale, out + t * d);
   }
 }
 

@@ -3,7 +3,8 @@
 // The KV cache (kvq/model/kv_cache.h) owns the bytes; a KvRowsView describes the rows of one
 // (layer, batch, kv head) stream: `capacity` rows of kv_row_bytes(format, head_dim) bytes in one
 // of the quant::KvFormat layouts (kvq/quant/formats.h), plus the stream's dequantization
-// parameters. A kernel either reads rows directly with quant::dot_rows / axpy_rows (decode) or
+// parameters. A kernel either reads rows directly with dot_rows / axpy_rows (decode,
+// cpu/kv_row_kernels.h) or
 // decodes a tile to fp32 in a small scratch buffer with load_kv_rows (prefill) — never a
 // dequantized copy of the whole cache. Both see exactly the dequantized values below, so a
 // packed cache computes what an fp32 cache holding those values (fake quantization) computes.
@@ -22,10 +23,6 @@
 namespace kvq::kernels {
 
 using quant::KvFormat;
-// The engine's former storage enum, kept as an alias so existing callers (eval, apps) compile:
-// kF32 / kBF16 / kF16 are the same enumerators in KvFormat. New code uses KvFormat.
-using KvStorage = quant::KvFormat;
-inline std::string_view kv_storage_name(KvFormat format) { return quant::kv_format_name(format); }
 
 struct KvRowsView {
   KvFormat format = KvFormat::kF32;
@@ -36,11 +33,11 @@ struct KvRowsView {
   float zero_point = 0.0f;    // stream zero point, an integer code (int8 / int4 only)
   float global_scale = 1.0f;  // nvfp4 stream global scale (> 0)
   // K rows of an int8 / int4 / nvfp4 cache opted in to approximate decode scores: the query is
-  // quantized to int8 and the products run on integer instructions (quant/int8_query.h). Prefill
+  // quantized to int8 and the products run on integer instructions (cpu/int8_query.h). Prefill
   // and V stay exact.
   bool int8_query_scores = false;
 
-  // The stream's dequantization, for quant::dot_rows / axpy_rows.
+  // The stream's dequantization, for dot_rows / axpy_rows.
   quant::RowCodec codec() const { return {format, head_dim, scale, zero_point, global_scale}; }
   const std::byte* row(std::int64_t t) const { return data + t * row_bytes; }
 
@@ -51,9 +48,9 @@ struct KvRowsView {
   }
 };
 
-// Decodes rows [t0, t0 + n) to fp32 with quant::dequantize_row (fast path): out [n, head_dim].
+// Decodes rows [t0, t0 + n) to fp32 with kernels::dequantize_row (fast path): out [n, head_dim].
 void load_kv_rows(const KvRowsView& view, std::int64_t t0, std::int64_t n, float* out);
-// The same with the scalar reference codec (quant::ref::dequantize_row), for ref kernels.
+// The same with the scalar codec (quant::dequantize_row), for ref kernels.
 void load_kv_rows_ref(const KvRowsView& view, std::int64_t t0, std::int64_t n, float* out);
 
 }  // namespace kvq::kernels

@@ -20,18 +20,8 @@ namespace kvq::lifecycle {
 
 using quant::KvFormat;
 using quant::QuantizationStrategy;
-using quant::QuantizationType;
 
 namespace {
-
-// kNVFP4 for fp4; kF32 when the scheme has no packed format.
-KvFormat packed_format(const quant::QuantizationArgs& a) {
-  if (a.type == QuantizationType::kFloat && a.num_bits == 8) return KvFormat::kFP8E4M3;
-  if (a.type == QuantizationType::kInt && a.num_bits == 8) return KvFormat::kINT8;
-  if (a.type == QuantizationType::kInt && a.num_bits == 4) return KvFormat::kINT4;
-  if (a.type == QuantizationType::kFloat && a.num_bits == 4) return KvFormat::kNVFP4;
-  return KvFormat::kF32;
-}
 
 // k or v of one module as the cache wants it: scales, zero points, nvfp4 global scales.
 void stream_params(const QuantizedAttentionState& s, char base, KvFormat format,
@@ -44,7 +34,7 @@ void stream_params(const QuantizedAttentionState& s, char base, KvFormat format,
         "{}.{}_scale is not calibrated (NaN, zero or infinite): calibrate (kvq oneshot) or load a "
         "quantized checkpoint before building a packed KV cache",
         s.name, base);
-  if (format == KvFormat::kNVFP4) {
+  if (quant::kv_format_traits(format).global_scale) {  // nvfp4: 448 / scale per stream
     for (float v : p->scale) global_scale.push_back(448.0f / v);
     return;
   }
@@ -62,7 +52,7 @@ KvFormat QuantizationLifecycle::kv_format() const {
       break;
     }
   if (args == nullptr) fail<NotSupported>("packed KV cache: no k/v quantization in this model");
-  if (const KvFormat f = packed_format(*args); f != KvFormat::kF32) return f;
+  if (const std::optional<KvFormat> f = quant::kv_format_for_args(*args)) return *f;
   fail<NotSupported>(
       "packed KV cache: no packed format for {}-bit {} k/v (kvq packs fp8, int8, "
       "int4 and fp4 as nvfp4); run with fake quantization instead",
@@ -101,7 +91,7 @@ model::KvCacheConfig QuantizationLifecycle::kv_cache_config() const {
           "in one format); run partially quantized models with fake quantization",
           l);
     // Every module must share the format: a config group may give layers different schemes.
-    const KvFormat f = packed_format(s->args());
+    const KvFormat f = quant::kv_format_for_args(s->args()).value_or(KvFormat::kF32);
     if (f != spec.format)
       fail<NotSupported>("packed KV cache: {} uses {} k/v but layer 0 uses {}", s->name,
                          quant::kv_format_name(f), quant::kv_format_name(spec.format));

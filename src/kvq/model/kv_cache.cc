@@ -7,36 +7,11 @@
 #include <string>
 
 #include "kvq/core/error.h"
-#include "kvq/core/tensor.h"
-#include "kvq/quant/int8_query.h"
-#include "kvq/quant/qparams.h"
 
 namespace kvq::model {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// The dynamic parameter of a stream whose first write has absolute maximum amax (> 0, finite):
-// compressed-tensors' own functions, so the math is the reference's to the last bit.
-float dynamic_param_from_amax(KvFormat format, float amax) {
-  if (format == KvFormat::kNVFP4) {
-    const float a = kNvfp4DynamicHeadroom * amax;
-    return quant::generate_gparam(Tensor::from_f32({1}, std::span<const float>(&a, 1)),
-                                  Tensor::from_f32({1}, std::span<const float>(&a, 1)))
-        .f32()[0];
-  }
-  quant::QuantizationArgs args;
-  args.num_bits = quant::kv_format_traits(format).bits;
-  args.type = format == KvFormat::kFP8E4M3 ? quant::QuantizationType::kFloat
-                                           : quant::QuantizationType::kInt;
-  args.symmetric = true;
-  args.strategy = quant::QuantizationStrategy::kTensor;
-  const float lo = -amax;
-  const quant::QParams q =
-      quant::calculate_qparams(Tensor::from_f32({1}, std::span<const float>(&lo, 1)),
-                               Tensor::from_f32({1}, std::span<const float>(&amax, 1)), args);
-  return q.scale.f32()[0];  // > 0: calculate_qparams turns a zero scale into eps
-}
 
 // Expands an empty / per-tensor / per-head vector to [kv_heads] values.
 std::vector<float> expand(const std::vector<float>& v, std::int64_t kv_heads, float fallback,
@@ -71,7 +46,7 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
 
   const bool dynamic = spec.scales == KvScales::kDynamic && t.needs_scale;
   p.dynamic_granularity = spec.granularity.value_or(KvScaleGranularity::kHead);
-  if (f == KvFormat::kNVFP4) {
+  if (t.global_scale) {
     p.scale.assign(static_cast<std::size_t>(kv_heads), 1.0f);  // unused: block scales in-row
   } else if (dynamic && scale.empty()) {
     p.scale.assign(static_cast<std::size_t>(kv_heads), kNaN);  // fixed by the first write
@@ -94,7 +69,7 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
   }
 
   p.zero_point = expand(zp, kv_heads, 0.0f, f, layer, zname.c_str());
-  if (dynamic && scale.empty() && f != KvFormat::kNVFP4) {
+  if (dynamic && scale.empty() && !t.global_scale) {
     for (std::size_t h = 0; h < p.zero_point.size(); ++h) {
       if (p.zero_point[h] != 0.0f) {
         fail<InvalidArgument>(
@@ -103,8 +78,7 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
       }
     }
   }
-  const float zmin = f == KvFormat::kINT4 ? -8.0f : -128.0f;
-  const float zmax = f == KvFormat::kINT4 ? 7.0f : 127.0f;
+  const float zmin = t.code_min, zmax = t.code_max;
   for (std::size_t h = 0; h < p.zero_point.size(); ++h) {
     const float z = p.zero_point[h];
     if (z == 0.0f) continue;
@@ -118,7 +92,7 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
     }
   }
 
-  if (f == KvFormat::kNVFP4) {
+  if (t.global_scale) {
     p.global_scale = expand(gs, kv_heads, kNaN, f, layer, gname.c_str());
     if (!gs.empty()) {
       for (std::size_t h = 0; h < p.global_scale.size(); ++h) {
@@ -150,8 +124,10 @@ KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
   const auto heads = static_cast<std::size_t>(kv_heads);
   params_.scale.assign(heads, 1.0f);
   params_.zero_point.assign(heads, 0.0f);
-  params_.global_scale.assign(heads, format == KvFormat::kNVFP4 ? kNaN : 1.0f);
-  dynamic_.assign(heads, format == KvFormat::kNVFP4);
+  // A global scale (nvfp4) is dynamic unless the spec gives one (set_params).
+  const bool global = quant::kv_format_traits(format).global_scale;
+  params_.global_scale.assign(heads, global ? kNaN : 1.0f);
+  dynamic_.assign(heads, global);
   const std::int64_t total = batch * kv_heads * capacity * row_bytes_;
   bytes_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(total));
 }
@@ -199,7 +175,7 @@ void KvBuffer::fix_dynamic(std::int64_t n, const float* states) {
   for (std::size_t h = 0; h < heads; ++h) {
     // amax 0 (zeros / non-finite only): stays unfixed, see the header.
     if (std::isnan(param[h]) && amax[h] > 0.0f) {
-      param[h] = dynamic_param_from_amax(format_, amax[h]);
+      param[h] = quant::kv_dynamic_param(format_, amax[h]);
     }
   }
 }
@@ -276,7 +252,7 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     fail<InvalidArgument>("KV cache ({}): calibrated scales were announced but none are given",
                           quant::kv_format_name(spec.format));
   }
-  if (spec.int8_query_scores && !quant::int8_query_rows_supported(spec.format, head_dim)) {
+  if (spec.int8_query_scores && !quant::kv_int8_query_supported(spec.format, head_dim)) {
     fail<InvalidArgument>(
         "KV cache ({}, head_dim {}): int8-query decode scores (+q8) need an int8 or int4 cache, "
         "or nvfp4 with head_dim a multiple of 64: they multiply int8 query codes by integer K "
@@ -357,7 +333,7 @@ std::string_view kv_scales_name(KvScales scales) {
 }
 
 KvCacheConfig KvCacheConfig::of(KvFormat format) {
-  if (format == KvFormat::kNVFP4) return dynamic(format);
+  if (quant::kv_format_traits(format).global_scale) return dynamic(format);  // nvfp4
   KvCacheConfig c;
   c.format = format;
   return c;

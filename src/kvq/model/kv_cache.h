@@ -26,9 +26,11 @@
 // write after construction / reset() that holds a finite non-zero value in its scope — the
 // head's rows across the batch (KvScaleGranularity::kHead) or every head of the buffer (kTensor:
 // one value shared by the layer's K heads, another by its V heads) — and is then fixed from the
-// amax of that write's finite values in the scope:
-//   fp8 / int8 / int4 scale = quant::calculate_qparams(-amax, amax) (symmetric)
-//                           = amax / ((q_max - q_min) / 2): amax / 448, amax / 127.5, amax / 7.5
+// amax of that write's finite values in the scope, by the format's rule in the codec table
+// (quant::kv_dynamic_param):
+//   fp8 / int8 / int4 scale = compressed-tensors' symmetric calculate_qparams(-amax, amax) on
+//                             the format's grid = amax / ((q_max - q_min) / 2): amax / 448,
+//                             amax / 127.5, amax / 7.5
 //   nvfp4 global scale      = quant::generate_gparam(±kNvfp4DynamicHeadroom · amax)
 //                           = 448 · 6 / (kNvfp4DynamicHeadroom · amax)
 // Later writes keep it (until reset() / truncate(0)): a later value beyond the first write's
@@ -62,7 +64,7 @@ namespace kvq::model {
 using quant::KvFormat;
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax.
-inline constexpr float kNvfp4DynamicHeadroom = 4.0f;
+inline constexpr float kNvfp4DynamicHeadroom = quant::kNvfp4DynamicHeadroom;
 
 // The quantization parameters of one layer's K and V streams. Every vector is empty (the
 // default below), one value (per-tensor: the same for every kv head) or kv_heads values
@@ -190,7 +192,7 @@ class KvBuffer {
   void fix_dynamic(std::int64_t n, const float* states);
   // The parameter a dynamic stream uses: params_.global_scale (nvfp4) or params_.scale.
   std::vector<float>& dynamic_param() {
-    return format_ == KvFormat::kNVFP4 ? params_.global_scale : params_.scale;
+    return quant::kv_format_traits(format_).global_scale ? params_.global_scale : params_.scale;
   }
 
   KvFormat format_;

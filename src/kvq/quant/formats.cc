@@ -1,3 +1,5 @@
+// The KV format codec table: one row per format (formats.h) and the scalar codec functions the
+// rows point to. Adding a format is a row here plus its codec functions.
 #include "kvq/quant/formats.h"
 
 #include <algorithm>
@@ -7,51 +9,24 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 #include "kvq/core/float8.h"
-#include "kvq/quant/formats_simd.h"
+#include "kvq/core/tensor.h"
+#include "kvq/quant/kv_row_layout.h"
+#include "kvq/quant/qparams.h"
+#include "kvq/quant/quant_args.h"
 
 namespace kvq::quant {
 namespace {
 
-using detail::decode_value;
-using detail::nvfp4_scales_offset;
+using detail::kNvfp4Group;
+using detail::nibble;
+using detail::nvfp4_block_scale;
 
-// Indexed by KvFormat.
-constexpr std::array<KvFormatTraits, 7> kTraits{{
-    {KvFormat::kF32, "f32", 32, 1, 4, false, false},
-    {KvFormat::kBF16, "bf16", 16, 1, 2, false, false},
-    {KvFormat::kF16, "f16", 16, 1, 2, false, false},
-    {KvFormat::kFP8E4M3, "fp8", 8, 1, 1, true, false},
-    {KvFormat::kINT8, "int8", 8, 1, 1, true, true},
-    {KvFormat::kINT4, "int4", 4, 2, 1, true, true},
-    {KvFormat::kNVFP4, "nvfp4", 4, 16, 9, true, false},
-}};
-
-struct Alias {
-  std::string_view name;
-  KvFormat format;
-};
-constexpr Alias kAliases[] = {
-    {"fp32", KvFormat::kF32},        {"float32", KvFormat::kF32},
-    {"float", KvFormat::kF32},       {"bfloat16", KvFormat::kBF16},
-    {"fp16", KvFormat::kF16},        {"float16", KvFormat::kF16},
-    {"half", KvFormat::kF16},        {"fp8_e4m3", KvFormat::kFP8E4M3},
-    {"e4m3", KvFormat::kFP8E4M3},    {"float8_e4m3fn", KvFormat::kFP8E4M3},
-    {"f8_e4m3", KvFormat::kFP8E4M3}, {"fp8e4m3", KvFormat::kFP8E4M3},
-    {"i8", KvFormat::kINT8},         {"i4", KvFormat::kINT4},
-    {"fp4", KvFormat::kNVFP4},       {"nvfp4_e2m1", KvFormat::kNVFP4},
-};
-
-// The int grids of compressed-tensors' calculate_range.
-constexpr float kInt8Min = -128.0f, kInt8Max = 127.0f;
-constexpr float kInt4Min = -8.0f, kInt4Max = 7.0f;
-constexpr float kFp8Max = 448.0f;
-constexpr float kFp4Max = 6.0f;
-constexpr int kNvfp4Group = 16;
+constexpr float kFp8Max = 448.0f;  // E4M3
+constexpr float kFp4Max = 6.0f;    // E2M1
 
 // torch.clamp: NaN passes through.
 float clamp(float v, float lo, float hi) {
@@ -64,9 +39,99 @@ int round_int(float y, float lo, float hi) {
   return static_cast<int>(std::nearbyint(clamp(y, lo, hi)));
 }
 
-void quantize_nvfp4(const float* x, std::int64_t n, float global_scale, std::byte* out) {
+// Element i dequantized for formats whose value is unscaled * scale (all but nvfp4).
+template <auto Unscaled>
+float scaled(const RowCodec& c, const std::byte* row, std::int64_t i) {
+  return Unscaled(row, c.n, i, c.zero_point) * c.scale;
+}
+
+// ---- f32 / bf16 / f16: x / scale stored plain ---------------------------------------------
+
+float f32_identity(float v) { return v; }
+
+template <typename T, T (*Encode)(float), float (*Decode)(T)>
+struct Plain {
+  static void quantize(const RowCodec& c, const float* x, std::byte* out) {
+    for (std::int64_t i = 0; i < c.n; ++i) {
+      const T b = Encode(x[i] / c.scale);
+      std::memcpy(out + static_cast<std::int64_t>(sizeof(T)) * i, &b, sizeof(T));
+    }
+  }
+  static float unscaled(const std::byte* row, std::int64_t, std::int64_t i, float) {
+    T b;
+    std::memcpy(&b, row + static_cast<std::int64_t>(sizeof(T)) * i, sizeof(T));
+    return Decode(b);
+  }
+};
+using F32 = Plain<float, f32_identity, f32_identity>;
+using BF16 = Plain<std::uint16_t, f32_to_bf16, bf16_to_f32>;
+using F16 = Plain<std::uint16_t, f32_to_fp16, fp16_to_f32>;
+
+// ---- fp8: one float8 code per value ---------------------------------------------------------
+
+float e4m3_lookup(std::uint8_t code) { return detail::kE4M3Table[code]; }
+
+// q = float8(clamp(x / scale + zp, ±kMax)).
+template <std::uint8_t (*Encode)(float), float (*Decode)(std::uint8_t), float kMax>
+struct Fp8 {
+  static void quantize(const RowCodec& c, const float* x, std::byte* out) {
+    for (std::int64_t i = 0; i < c.n; ++i) {
+      float y = x[i] / c.scale;
+      y += c.zero_point;
+      out[i] = static_cast<std::byte>(Encode(clamp(y, -kMax, kMax)));
+    }
+  }
+  static float unscaled(const std::byte* row, std::int64_t, std::int64_t i, float zero_point) {
+    return Decode(static_cast<std::uint8_t>(row[i])) - zero_point;
+  }
+};
+using Fp8E4M3 = Fp8<f32_to_e4m3, e4m3_lookup, kFp8Max>;
+
+// E5M2 (vLLM's fp8_e5m2 KV dtype): compressed-tensors' math on the E5M2 grid, clamped to
+// finfo(float8_e5m2).max, then torch's round-to-nearest-even cast (core/float8.h). 0.19.0's
+// QuantizationArgs cannot name it: float 8 bits is always float8_e4m3fn (pytorch_dtype,
+// round_to_quantized_type_args) and there is no FP8_E5M2_DATA, so the row has no args mapping:
+// it is a packed cache with dynamic (or given) scales, not a checkpoint scheme.
+constexpr float kFp8E5M2Max = 57344.0f;
+using Fp8E5M2 = Fp8<f32_to_e5m2, e5m2_to_f32, kFp8E5M2Max>;
+
+// ---- int8 / int4: compressed-tensors' int grids (calculate_range) -------------------------
+
+constexpr float kInt8Min = -128.0f, kInt8Max = 127.0f;
+constexpr float kInt4Min = -8.0f, kInt4Max = 7.0f;
+
+void quantize_int8(const RowCodec& c, const float* x, std::byte* out) {
+  for (std::int64_t i = 0; i < c.n; ++i) {
+    float y = x[i] / c.scale;
+    y += c.zero_point;
+    out[i] = static_cast<std::byte>(static_cast<std::int8_t>(round_int(y, kInt8Min, kInt8Max)));
+  }
+}
+float unscaled_int8(const std::byte* row, std::int64_t, std::int64_t i, float zero_point) {
+  return static_cast<float>(static_cast<std::int8_t>(row[i])) - zero_point;
+}
+
+void quantize_int4(const RowCodec& c, const float* x, std::byte* out) {
+  std::memset(out, 0x88, kv_row_bytes(KvFormat::kINT4, c.n));  // an odd tail pads q = 0
+  for (std::int64_t i = 0; i < c.n; ++i) {
+    float y = x[i] / c.scale;
+    y += c.zero_point;
+    const auto code = static_cast<unsigned>(round_int(y, kInt4Min, kInt4Max) + 8);
+    std::byte& b = out[i / 2];
+    b = (i & 1) ? ((b & std::byte{0x0f}) | static_cast<std::byte>(code << 4))
+                : ((b & std::byte{0xf0}) | static_cast<std::byte>(code));
+  }
+}
+float unscaled_int4(const std::byte* row, std::int64_t, std::int64_t i, float zero_point) {
+  return static_cast<float>(static_cast<int>(nibble(row, i)) - 8) - zero_point;
+}
+
+// ---- nvfp4: e2m1 nibbles, then one E4M3 scale per 16 values ----------------------------------
+
+void quantize_nvfp4(const RowCodec& c, const float* x, std::byte* out) {
+  const std::int64_t n = c.n;
   std::memset(out, 0, kv_row_bytes(KvFormat::kNVFP4, n));
-  std::byte* scales = out + nvfp4_scales_offset(n);
+  std::byte* scales = out + detail::nvfp4_scales_offset(n);
   for (std::int64_t b0 = 0; b0 < n; b0 += kNvfp4Group) {
     const std::int64_t b1 = std::min<std::int64_t>(n, b0 + kNvfp4Group);
     // calculate_qparams: amax over min(min, 0) / max(max, 0); NaN propagates (torch min/max).
@@ -80,51 +145,192 @@ void quantize_nvfp4(const float* x, std::int64_t n, float global_scale, std::byt
     }
     // scales = amax / 6 (bit_range / 2); global_scale * scales; clamp +-448 to E4M3; 0 -> eps
     // (0.125 for an fp8 scale dtype).
-    const float s = global_scale * (amax / kFp4Max);
+    const float s = c.global_scale * (amax / kFp4Max);
     std::uint8_t code = f32_to_e4m3(clamp(s, -kFp8Max, kFp8Max));
     if (e4m3_to_f32(code) == 0.0f) code = f32_to_e4m3(0.125f);
     scales[b0 / kNvfp4Group] = static_cast<std::byte>(code);
-    const float scale_eff = e4m3_to_f32(code) / global_scale;
+    const float scale_eff = e4m3_to_f32(code) / c.global_scale;
     for (std::int64_t i = b0; i < b1; ++i) {
       float y = x[i] / scale_eff;
       y += 0.0f;  // the fp8 zero point compressed-tensors adds (it turns -0 into +0)
-      const std::uint8_t c = f32_to_e2m1(clamp(y, -kFp4Max, kFp4Max));
-      out[i / 2] |= static_cast<std::byte>((i & 1) ? c << 4 : c);
+      const std::uint8_t e = f32_to_e2m1(clamp(y, -kFp4Max, kFp4Max));
+      out[i / 2] |= static_cast<std::byte>((i & 1) ? e << 4 : e);
     }
   }
 }
+float unscaled_nvfp4(const std::byte* row, std::int64_t n, std::int64_t i, float) {
+  return e2m1_to_f32(nibble(row, i)) * nvfp4_block_scale(row, n, i);
+}
+float value_nvfp4(const RowCodec& c, const std::byte* row, std::int64_t i) {
+  return e2m1_to_f32(nibble(row, i)) * (nvfp4_block_scale(row, c.n, i) / c.global_scale);
+}
+
+// ---- dynamic-parameter rules -----------------------------------------------------------------
+
+// compressed-tensors' symmetric calculate_qparams on the format's grid, in fp32:
+// amax / (bit_range / 2), a zero scale becoming finfo(fp32).eps.
+float symmetric_scale(const KvFormatTraits& t, float amax) {
+  const float bit_range = t.code_max - t.code_min;
+  const float s = amax / (bit_range / 2.0f);
+  return s == 0.0f ? std::numeric_limits<float>::epsilon() : s;
+}
+
+// generate_gparam(±headroom · amax): the reference's own function.
+float nvfp4_global_scale(const KvFormatTraits&, float amax) {
+  const float a = kNvfp4DynamicHeadroom * amax;
+  return generate_gparam(Tensor::from_f32({1}, std::span<const float>(&a, 1)),
+                         Tensor::from_f32({1}, std::span<const float>(&a, 1)))
+      .f32()[0];
+}
+
+// ---- the table, indexed by KvFormat ----------------------------------------------------------
+
+constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
+    {.format = KvFormat::kF32,
+     .name = "f32",
+     .aliases = {"fp32", "float32", "float"},
+     .bits = 32,
+     .block_values = 1,
+     .block_bytes = 4,
+     .quantize_row = F32::quantize,
+     .unscaled = F32::unscaled,
+     .value = scaled<F32::unscaled>},
+    {.format = KvFormat::kBF16,
+     .name = "bf16",
+     .aliases = {"bfloat16"},
+     .bits = 16,
+     .block_values = 1,
+     .block_bytes = 2,
+     .quantize_row = BF16::quantize,
+     .unscaled = BF16::unscaled,
+     .value = scaled<BF16::unscaled>},
+    {.format = KvFormat::kF16,
+     .name = "f16",
+     .aliases = {"fp16", "float16", "half"},
+     .bits = 16,
+     .block_values = 1,
+     .block_bytes = 2,
+     .quantize_row = F16::quantize,
+     .unscaled = F16::unscaled,
+     .value = scaled<F16::unscaled>},
+    {.format = KvFormat::kFP8E4M3,
+     .name = "fp8",
+     .aliases = {"fp8_e4m3", "e4m3", "float8_e4m3fn", "f8_e4m3", "fp8e4m3"},
+     .bits = 8,
+     .block_values = 1,
+     .block_bytes = 1,
+     .needs_scale = true,
+     .code_min = -kFp8Max,
+     .code_max = kFp8Max,
+     .args = {.exists = true, .is_float = true, .num_bits = 8},
+     .quantize_row = Fp8E4M3::quantize,
+     .unscaled = Fp8E4M3::unscaled,
+     .value = scaled<Fp8E4M3::unscaled>,
+     .dynamic_param = symmetric_scale},
+    {.format = KvFormat::kINT8,
+     .name = "int8",
+     .aliases = {"i8"},
+     .bits = 8,
+     .block_values = 1,
+     .block_bytes = 1,
+     .needs_scale = true,
+     .supports_zero_point = true,
+     .code_min = kInt8Min,
+     .code_max = kInt8Max,
+     .int8_query_codes = KvIntCodes::kInt8,
+     .int8_query_multiple = 1,
+     .args = {.exists = true, .num_bits = 8},
+     .quantize_row = quantize_int8,
+     .unscaled = unscaled_int8,
+     .value = scaled<unscaled_int8>,
+     .dynamic_param = symmetric_scale},
+    {.format = KvFormat::kINT4,
+     .name = "int4",
+     .aliases = {"i4"},
+     .bits = 4,
+     .block_values = 2,
+     .block_bytes = 1,
+     .needs_scale = true,
+     .supports_zero_point = true,
+     .code_min = kInt4Min,
+     .code_max = kInt4Max,
+     .int8_query_codes = KvIntCodes::kInt4,
+     .int8_query_multiple = 1,
+     .args = {.exists = true, .num_bits = 4},
+     .quantize_row = quantize_int4,
+     .unscaled = unscaled_int4,
+     .value = scaled<unscaled_int4>,
+     .dynamic_param = symmetric_scale},
+    {.format = KvFormat::kNVFP4,
+     .name = "nvfp4",
+     .aliases = {"fp4", "nvfp4_e2m1"},
+     .bits = 4,
+     .block_values = 16,
+     .block_bytes = 9,
+     .needs_scale = true,
+     .global_scale = true,
+     .code_min = -kFp4Max,
+     .code_max = kFp4Max,
+     .int8_query_codes = KvIntCodes::kE2m1Nibbles,
+     .int8_query_multiple = 64,
+     .args = {.exists = true, .is_float = true, .num_bits = 4, .group_size = 16},
+     .quantize_row = quantize_nvfp4,
+     .unscaled = unscaled_nvfp4,
+     .value = value_nvfp4,
+     .dynamic_param = nvfp4_global_scale},
+    {.format = KvFormat::kFP8E5M2,
+     .name = "fp8_e5m2",
+     .aliases = {"e5m2", "float8_e5m2", "f8_e5m2", "fp8e5m2"},
+     .bits = 8,
+     .block_values = 1,
+     .block_bytes = 1,
+     .needs_scale = true,
+     .code_min = -kFp8E5M2Max,
+     .code_max = kFp8E5M2Max,
+     .quantize_row = Fp8E5M2::quantize,
+     .unscaled = Fp8E5M2::unscaled,
+     .value = scaled<Fp8E5M2::unscaled>,
+     .dynamic_param = symmetric_scale},
+}};
+
+constexpr bool rows_in_enum_order() {
+  for (std::size_t i = 0; i < kTable.size(); ++i)
+    if (static_cast<std::size_t>(kTable[i].format) != i) return false;
+  return true;
+}
+static_assert(rows_in_enum_order(), "kTable rows must follow the KvFormat order");
 
 }  // namespace
 
-std::span<const KvFormatTraits> kv_format_table() { return kTraits; }
+std::span<const KvFormatTraits> kv_format_table() { return kTable; }
 
 const KvFormatTraits& kv_format_traits(KvFormat format) {
   const auto i = static_cast<std::size_t>(format);
-  KVQ_CHECK(i < kTraits.size(), "bad KvFormat {}", i);
-  return kTraits[i];
+  KVQ_CHECK(i < kTable.size(), "bad KvFormat {}", i);
+  return kTable[i];
 }
 
 std::optional<KvFormat> parse_kv_format(std::string_view text) {
   std::string lower(text);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower.starts_with("torch.")) lower.erase(0, 6);
-  for (const auto& t : kTraits)
+  if (lower.empty()) return std::nullopt;
+  for (const auto& t : kTable)
     if (t.name == lower) return t.format;
-  for (const auto& a : kAliases)
-    if (a.name == lower) return a.format;
+  for (const auto& t : kTable)
+    for (std::string_view alias : t.aliases)
+      if (alias == lower) return t.format;
   return std::nullopt;
 }
 
 std::size_t kv_row_bytes(KvFormat format, std::int64_t head_dim) {
+  const auto& t = kv_format_traits(format);
   const auto n = static_cast<std::size_t>(std::max<std::int64_t>(head_dim, 0));
-  switch (format) {
-    case KvFormat::kINT4:
-      return (n + 1) / 2;
-    case KvFormat::kNVFP4:
-      return (n + 1) / 2 + (n + kNvfp4Group - 1) / kNvfp4Group;
-    default:
-      return n * static_cast<std::size_t>(kv_format_traits(format).block_bytes);
-  }
+  const auto bits = static_cast<std::size_t>(t.bits);
+  const auto block = static_cast<std::size_t>(t.block_values);
+  // What a block holds beyond its values: its in-row scale (nvfp4: 1 byte).
+  const std::size_t scale_bytes = static_cast<std::size_t>(t.block_bytes) - block * bits / 8;
+  return (n * bits + 7) / 8 + (n + block - 1) / block * scale_bytes;
 }
 
 double kv_bytes_per_value(KvFormat format) {
@@ -132,240 +338,54 @@ double kv_bytes_per_value(KvFormat format) {
   return static_cast<double>(t.block_bytes) / t.block_values;
 }
 
+std::optional<KvFormat> kv_format_for_args(const QuantizationArgs& args) {
+  const bool is_float = args.type == QuantizationType::kFloat;
+  for (const auto& t : kTable)
+    if (t.args.exists && t.args.is_float == is_float && t.args.num_bits == args.num_bits)
+      return t.format;
+  return std::nullopt;
+}
+
+std::optional<QuantizationArgs> kv_quantization_args(KvFormat format, bool symmetric,
+                                                     QuantizationStrategy strategy) {
+  const KvArgsForm& form = kv_format_traits(format).args;
+  if (!form.exists) return std::nullopt;
+  QuantizationArgs a;
+  a.num_bits = form.num_bits;
+  a.type = form.is_float ? QuantizationType::kFloat : QuantizationType::kInt;
+  a.symmetric = symmetric;
+  a.strategy = strategy;
+  if (form.group_size > 0) {
+    a.strategy = QuantizationStrategy::kTensorGroup;
+    a.group_size = form.group_size;
+    a.dynamic = DynamicType::kLocal;
+    a.scale_dtype = DType::kF8E4M3;
+  }
+  a.validate();
+  return a;
+}
+
+float kv_dynamic_param(KvFormat format, float amax) {
+  const KvFormatTraits& t = kv_format_traits(format);
+  KVQ_CHECK(t.dynamic_param != nullptr, "{} has no dynamic parameter", t.name);
+  return t.dynamic_param(t, amax);
+}
+
+bool kv_int8_query_supported(KvFormat format, std::int64_t n) {
+  const KvFormatTraits& t = kv_format_traits(format);
+  return t.supports_int8_query() && n > 0 && n % t.int8_query_multiple == 0;
+}
+
 void quantize_row(KvFormat format, const float* x, std::int64_t n, float scale, float zero_point,
                   float global_scale, std::byte* out) {
-  switch (format) {
-    case KvFormat::kF32:
-      for (std::int64_t i = 0; i < n; ++i) {
-        const float v = x[i] / scale;
-        std::memcpy(out + 4 * i, &v, 4);
-      }
-      return;
-    case KvFormat::kBF16:
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::uint16_t b = f32_to_bf16(x[i] / scale);
-        std::memcpy(out + 2 * i, &b, 2);
-      }
-      return;
-    case KvFormat::kF16:
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::uint16_t b = f32_to_fp16(x[i] / scale);
-        std::memcpy(out + 2 * i, &b, 2);
-      }
-      return;
-    case KvFormat::kFP8E4M3:
-      for (std::int64_t i = 0; i < n; ++i) {
-        float y = x[i] / scale;
-        y += zero_point;
-        out[i] = static_cast<std::byte>(f32_to_e4m3(clamp(y, -kFp8Max, kFp8Max)));
-      }
-      return;
-    case KvFormat::kINT8:
-      for (std::int64_t i = 0; i < n; ++i) {
-        float y = x[i] / scale;
-        y += zero_point;
-        out[i] = static_cast<std::byte>(static_cast<std::int8_t>(round_int(y, kInt8Min, kInt8Max)));
-      }
-      return;
-    case KvFormat::kINT4:
-      std::memset(out, 0x88, kv_row_bytes(format, n));  // an odd tail pads q = 0
-      for (std::int64_t i = 0; i < n; ++i) {
-        float y = x[i] / scale;
-        y += zero_point;
-        const auto c = static_cast<unsigned>(round_int(y, kInt4Min, kInt4Max) + 8);
-        std::byte& b = out[i / 2];
-        b = (i & 1) ? ((b & std::byte{0x0f}) | static_cast<std::byte>(c << 4))
-                    : ((b & std::byte{0xf0}) | static_cast<std::byte>(c));
-      }
-      return;
-    case KvFormat::kNVFP4:
-      quantize_nvfp4(x, n, global_scale, out);
-      return;
-  }
-}
-
-namespace ref {
-
-void dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
-                    float zero_point, float global_scale, float* out) {
-  if (format == KvFormat::kNVFP4) {
-    for (std::int64_t i = 0; i < n; ++i)
-      out[i] =
-          e2m1_to_f32(detail::nibble(in, i)) * (detail::nvfp4_block_scale(in, n, i) / global_scale);
-    return;
-  }
-  for (std::int64_t i = 0; i < n; ++i) out[i] = decode_value(format, in, n, i, zero_point) * scale;
-}
-
-float dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_t n,
-              float zero_point) {
-  float sum = 0.0f;
-  for (std::int64_t i = 0; i < n; ++i) sum += q[i] * decode_value(format, row, n, i, zero_point);
-  return sum;
-}
-
-void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, float zero_point,
-              float* acc) {
-  for (std::int64_t i = 0; i < n; ++i)
-    acc[i] = std::fma(w, decode_value(format, row, n, i, zero_point), acc[i]);
-}
-
-void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
-              std::int64_t nt, float* scores, std::int64_t ld) {
-  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
-  std::vector<float> x(static_cast<std::size_t>(codec.n));
-  for (std::int64_t j = 0; j < nt; ++j) {
-    ref::dequantize_row(codec.format, rows + j * row_bytes, codec.n, codec.scale, codec.zero_point,
-                        codec.global_scale, x.data());
-    for (std::int64_t i = 0; i < nq; ++i) {
-      float sum = 0.0f;
-      for (std::int64_t c = 0; c < codec.n; ++c) sum += q[i * codec.n + c] * x[c];
-      scores[i * ld + j] = sum;
-    }
-  }
-}
-
-void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
-               const std::byte* rows, std::int64_t nt, float* acc) {
-  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
-  std::vector<float> x(static_cast<std::size_t>(codec.n));
-  for (std::int64_t j = 0; j < nt; ++j) {
-    ref::dequantize_row(codec.format, rows + j * row_bytes, codec.n, codec.scale, codec.zero_point,
-                        codec.global_scale, x.data());
-    for (std::int64_t i = 0; i < nq; ++i)
-      for (std::int64_t c = 0; c < codec.n; ++c)
-        acc[i * codec.n + c] = std::fma(p[i * ld + j], x[c], acc[i * codec.n + c]);
-  }
-}
-
-}  // namespace ref
-
-namespace {
-
-enum class Isa { kScalar, kAvx2, kAvx512 };
-
-Isa detect_isa() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return Isa::kAvx2;
-#endif
-  return Isa::kScalar;
-}
-
-Isa isa() {
-  static const Isa value = detect_isa();
-  return value;
-}
-
-}  // namespace
-
-std::string_view kv_format_isa() {
-  switch (isa()) {
-    case Isa::kAvx512:
-      return "avx512";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kScalar:
-      break;
-  }
-  return "scalar";
+  kv_format_traits(format).quantize_row({format, n, scale, zero_point, global_scale}, x, out);
 }
 
 void dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
                     float zero_point, float global_scale, float* out) {
-  std::int64_t done = 0;
-#if defined(__x86_64__)
-  if (isa() == Isa::kAvx512)
-    done = detail::avx512::dequantize_row(format, in, n, scale, zero_point, global_scale, out);
-  else if (isa() == Isa::kAvx2)
-    done = detail::avx2::dequantize_row(format, in, n, scale, zero_point, global_scale, out);
-#endif
-  if (done == n) return;
-  if (format == KvFormat::kNVFP4) {
-    for (std::int64_t i = done; i < n; ++i)
-      out[i] =
-          e2m1_to_f32(detail::nibble(in, i)) * (detail::nvfp4_block_scale(in, n, i) / global_scale);
-    return;
-  }
-  for (std::int64_t i = done; i < n; ++i)
-    out[i] = decode_value(format, in, n, i, zero_point) * scale;
-}
-
-float dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_t n,
-              float zero_point) {
-  std::int64_t done = 0;
-  float sum = 0.0f;
-#if defined(__x86_64__)
-  if (isa() == Isa::kAvx512)
-    done = detail::avx512::dot_row(format, q, row, n, zero_point, &sum);
-  else if (isa() == Isa::kAvx2)
-    done = detail::avx2::dot_row(format, q, row, n, zero_point, &sum);
-#endif
-  for (std::int64_t i = done; i < n; ++i) sum += q[i] * decode_value(format, row, n, i, zero_point);
-  return sum;
-}
-
-void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, float zero_point,
-              float* acc) {
-  std::int64_t done = 0;
-#if defined(__x86_64__)
-  if (isa() == Isa::kAvx512)
-    done = detail::avx512::axpy_row(format, w, row, n, zero_point, acc);
-  else if (isa() == Isa::kAvx2)
-    done = detail::avx2::axpy_row(format, w, row, n, zero_point, acc);
-#endif
-  for (std::int64_t i = done; i < n; ++i)
-    acc[i] = std::fma(w, decode_value(format, row, n, i, zero_point), acc[i]);
-}
-
-void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
-              std::int64_t nt, float* scores, std::int64_t ld) {
-  std::int64_t done = 0;
-#if defined(__x86_64__)
-  if (isa() == Isa::kAvx512)
-    done = detail::avx512::dot_rows(codec, q, nq, rows, nt, scores, ld);
-  else if (isa() == Isa::kAvx2)
-    done = detail::avx2::dot_rows(codec, q, nq, rows, nt, scores, ld);
-#endif
-  if (done == codec.n) return;
-  // The tail (or everything, without SIMD): the same order for every format.
-  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
-  for (std::int64_t j = 0; j < nt; ++j) {
-    const std::byte* row = rows + j * row_bytes;
-    for (std::int64_t i = 0; i < nq; ++i) {
-      float sum = done == 0 ? 0.0f : scores[i * ld + j];
-      for (std::int64_t c = done; c < codec.n; ++c)
-        sum += q[i * codec.n + c] * detail::dequant_value(codec, row, c);
-      scores[i * ld + j] = sum;
-    }
-  }
-}
-
-void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
-               const std::byte* rows, std::int64_t nt, float* acc) {
-  std::int64_t done = 0;
-#if defined(__x86_64__)
-  if (isa() == Isa::kAvx512)
-    done = detail::avx512::axpy_rows(codec, p, nq, ld, rows, nt, acc);
-  else if (isa() == Isa::kAvx2)
-    done = detail::avx2::axpy_rows(codec, p, nq, ld, rows, nt, acc);
-#endif
-  if (done == codec.n) return;
-  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(codec.format, codec.n));
-  for (std::int64_t j = 0; j < nt; ++j) {
-    const std::byte* row = rows + j * row_bytes;
-    for (std::int64_t c = done; c < codec.n; ++c) {
-      const float x = detail::dequant_value(codec, row, c);
-      for (std::int64_t i = 0; i < nq; ++i)
-        acc[i * codec.n + c] = std::fma(p[i * ld + j], x, acc[i * codec.n + c]);
-    }
-  }
+  const RowCodec codec{format, n, scale, zero_point, global_scale};
+  const auto value = kv_format_traits(format).value;
+  for (std::int64_t i = 0; i < n; ++i) out[i] = value(codec, in, i);
 }
 
 }  // namespace kvq::quant

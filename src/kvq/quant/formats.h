@@ -1,10 +1,14 @@
-// The packed KV-cache storage formats: ONE table (like ggml's type traits) plus row codecs.
+// The packed KV-cache storage formats: ONE codec table (like ggml's type traits), one row per
+// format with its data and its scalar codec functions. The fast CPU kernels that read packed
+// rows live in kvq/kernels (cpu/kv_row_kernels.h, their own per-format table in
+// cpu/kv_format_simd.inc); this file is their ground truth.
 //
 // A row is the head_dim values of one token of one kv head. Scales are per row stream (per
 // tensor or per head, as compressed-tensors' kv_cache_scheme defines them) and passed in; only
 // NVFP4 keeps per-block scales inside the row. Row layouts (little-endian, n = head_dim):
 //   f32 / bf16 / f16  n plain values of x / scale (scale is 1 for an unquantized cache)
 //   fp8   n E4M3 bytes (float8_e4m3fn)
+//   fp8_e5m2  n E5M2 bytes (float8_e5m2, vLLM's other FP8 KV dtype)
 //   int8  n int8 values q (symmetric: zero point 0; asymmetric: integer zp in [-128, 127])
 //   int4  ceil(n/2) bytes: element 2i in the LOW nibble, 2i+1 in the high nibble, each stored
 //         as q + 8 (unsigned 0..15, q in [-8, 7]) — the pack order of compressed-tensors'
@@ -17,8 +21,10 @@
 //         layout (`*_packed` [.., n/2] + `*_scale` [.., n/16]). Same bytes per row either way.
 //
 // Quantization math is compressed-tensors 0.19.0's `_quantize` in fp32 (see fake_quantize.h):
-//   int:  q = round_half_even(clamp(x / scale + zp, q_min, q_max))
+//   int:  q = round_half_even(clamp(x / scale + zp, code_min, code_max))
 //   fp8:  q = e4m3(clamp(x / scale + zp, -448, 448))
+//   fp8_e5m2: q = e5m2(clamp(x / scale + zp, -57344, 57344)) (finfo(float8_e5m2).max; no
+//         QuantizationArgs name E5M2, see formats.cc)
 //   nvfp4 (tensor_group, group 16, `global_scale` = the stream's fp32 global scale):
 //         block_scale = e4m3(clamp(global_scale * (amax_block / 6), ±448)), 0 -> 0.125
 //         q = e2m1(clamp(x / (block_scale / global_scale), -6, 6))
@@ -26,12 +32,16 @@
 // dequantize_row(quantize_row(x)) equals kvq::quant::fake_quantize bit for bit, except that a
 // zero may come back with the other sign (int codes have no -0).
 //
-// NaN policy: fp8 keeps NaN (E4M3 NaN code); int8/int4 store q = 0 for NaN (what torch's
+// NaN policy: fp8 / fp8_e5m2 keep NaN (a NaN code); int8/int4 store q = 0 for NaN (what torch's
 // `.to(int8)` gives on x86, i.e. compressed-tensors' compressed checkpoint), so NaN decodes as
 // -zp * scale; an nvfp4 block containing a NaN gets a NaN block scale, so the whole block decodes
 // to NaN (as fake_quantize's NaN amax does). ±inf saturate to the format's largest value.
+//
+// Adding a format: an enumerator (and kKvFormatCount) here, a row and its codec functions in
+// formats.cc, a row in kernels/cpu/kv_format_simd.inc (docs/design.md, "Where things go").
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -40,16 +50,78 @@
 
 namespace kvq::quant {
 
-enum class KvFormat : std::uint8_t { kF32, kBF16, kF16, kFP8E4M3, kINT8, kINT4, kNVFP4 };
+struct QuantizationArgs;
+enum class QuantizationStrategy;
+
+enum class KvFormat : std::uint8_t { kF32, kBF16, kF16, kFP8E4M3, kINT8, kINT4, kNVFP4, kFP8E5M2 };
+inline constexpr std::size_t kKvFormatCount = 8;  // the number of enumerators above
+
+// Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
+// (model/kv_cache.h).
+inline constexpr float kNvfp4DynamicHeadroom = 4.0f;
+
+// How to dequantize the rows of one stream: row j's element c is (code - zero_point) * scale
+// (nvfp4: e2m1 * (block_scale / global_scale)), exactly dequantize_row's value.
+struct RowCodec {
+  KvFormat format = KvFormat::kF32;
+  std::int64_t n = 0;  // values per row (head_dim); rows are kv_row_bytes(format, n) apart
+  float scale = 1.0f;
+  float zero_point = 0.0f;
+  float global_scale = 1.0f;  // nvfp4 only
+};
+
+// The integer codes int8-query dot products multiply a K row by (kernels/cpu/int8_query.h).
+enum class KvIntCodes : std::uint8_t {
+  kNone,         // no integer form: int8-query scores are not defined
+  kInt8,         // one signed byte per value
+  kInt4,         // int4 nibbles (code + 8)
+  kE2m1Nibbles,  // nvfp4: 2 · e2m1 is an integer in [-12, 12], scaled per 16-value block
+};
+
+// The compressed-tensors QuantizationArgs whose fake quantization a format's round trip is.
+struct KvArgsForm {
+  bool exists = false;    // false: QuantizationArgs cannot express the format
+  bool is_float = false;  // type float (else int)
+  int num_bits = 0;
+  int group_size = 0;  // > 0: tensor_group with this group, local dynamic, fp8 scales
+};
 
 struct KvFormatTraits {
   KvFormat format;
-  std::string_view name;     // "f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4"
-  int bits;                  // bits per value, block scales excluded
-  int block_values;          // values per block (1 for element formats, 2 for int4, 16 for nvfp4)
-  int block_bytes;           // bytes per block incl. its in-row scale (nvfp4: 8 + 1 = 9)
-  bool needs_scale;          // quantized: a per-stream scale must be calibrated
+  std::string_view name;  // "f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4", "fp8_e5m2"
+  std::array<std::string_view, 6> aliases;  // parse_kv_format also accepts these ("" = unused)
+  // Layout: a block of block_values values takes block_bytes bytes, its in-row scale included
+  // (nvfp4: 16 values, 8 + 1 bytes); a row is ceil(n * bits / 8) bytes of values followed by
+  // ceil(n / block_values) in-row scales (kv_row_bytes).
+  int bits;          // bits per value, block scales excluded
+  int block_values;  // values per block (1 for element formats, 2 for int4, 16 for nvfp4)
+  int block_bytes;   // bytes per block incl. its in-row scale (nvfp4: 8 + 1 = 9)
+  bool needs_scale;  // quantized: a per-stream parameter must be calibrated (or dynamic)
+  // The per-stream parameter is a global scale over in-row block scales (nvfp4); the stream
+  // scale is then unused (1).
+  bool global_scale;
   bool supports_zero_point;  // asymmetric (zero point) quantization is meaningful
+  // The grid x / scale + zero_point is clamped to before rounding (0, 0 for plain formats);
+  // zero points are integers in it, and dynamic scales map the first write's amax onto it.
+  float code_min, code_max;
+  KvIntCodes int8_query_codes;  // kNone: no int8-query scores
+  int int8_query_multiple;      // int8-query rows need head_dim a multiple of this
+  KvArgsForm args;
+
+  // The scalar codec (the ground truth of every kernel), n = codec.n:
+  //   quantize_row  x [n] -> out [kv_row_bytes(format, n)]
+  //   unscaled      element i before the stream scale: (code - zero_point), the value of a
+  //                 plain format, nvfp4 e2m1 * block_scale
+  //   value         element i dequantized: (code - zero_point) * scale (nvfp4: e2m1 *
+  //                 (block_scale / global_scale))
+  void (*quantize_row)(const RowCodec& codec, const float* x, std::byte* out);
+  float (*unscaled)(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point);
+  float (*value)(const RowCodec& codec, const std::byte* row, std::int64_t i);
+  // The parameter a dynamic stream fixes from the absmax (> 0, finite) of its first write
+  // (model/kv_cache.h); null when the format has no per-stream parameter.
+  float (*dynamic_param)(const KvFormatTraits& traits, float amax);
+
+  bool supports_int8_query() const { return int8_query_codes != KvIntCodes::kNone; }
 };
 
 const KvFormatTraits& kv_format_traits(KvFormat format);
@@ -64,67 +136,31 @@ std::size_t kv_row_bytes(KvFormat format, std::int64_t head_dim);
 // Average bytes per value with in-row scales (nvfp4: 9/16), for reporting.
 double kv_bytes_per_value(KvFormat format);
 
+// The packed format of a compressed-tensors k/v scheme: float 8 -> fp8 (E4M3: the only 8-bit
+// float QuantizationArgs express), int 8 -> int8, int 4 -> int4, float 4 -> nvfp4 (kvq's
+// extension: an fp4 scheme is stored as NVFP4); nullopt for anything else.
+std::optional<KvFormat> kv_format_for_args(const QuantizationArgs& args);
+// The validated QuantizationArgs whose fake_quantize equals the format's round trip, with this
+// symmetry and strategy (nvfp4: tensor_group 16, local dynamic, fp8 scales, whatever the
+// strategy); nullopt when QuantizationArgs cannot express the format (plain formats).
+std::optional<QuantizationArgs> kv_quantization_args(KvFormat format, bool symmetric,
+                                                     QuantizationStrategy strategy);
+// The format's dynamic-parameter rule at this absmax (> 0, finite): a symmetric scale
+// amax / ((code_max - code_min) / 2), compressed-tensors' calculate_qparams on the format's grid
+// (amax / 448, amax / 127.5, amax / 7.5), or nvfp4's global scale
+// generate_gparam(±kNvfp4DynamicHeadroom · amax). The format must need a scale.
+float kv_dynamic_param(KvFormat format, float amax);
+// Whether int8-query decode scores are defined for rows of this format and length.
+bool kv_int8_query_supported(KvFormat format, std::int64_t n);
+
 // Encodes one row: x [n] -> out [kv_row_bytes(format, n)]. `scale` / `zero_point` are the
 // stream's (ignored by nvfp4; zero_point ignored by f32/bf16/f16); `global_scale` is used by
 // nvfp4 only.
 void quantize_row(KvFormat format, const float* x, std::int64_t n, float scale, float zero_point,
                   float global_scale, std::byte* out);
-// Decodes one row: in [kv_row_bytes] -> out [n] = (q - zp) * scale (nvfp4: see above).
+// Decodes one row with the scalar codec: in [kv_row_bytes] -> out [n] = (q - zp) * scale
+// (nvfp4: see above). kernels::dequantize_row is the fast path with the same values.
 void dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
                     float zero_point, float global_scale, float* out);
-
-// Single-row products on the codes. The stream scale is NOT applied (a caller folds it);
-// nvfp4 applies its in-row block scales, so its stream factor is 1 / global_scale. (Attention
-// uses dot_rows / axpy_rows below, which dequantize exactly; these stay for benchmarks.)
-//   dot_row  = sum_i q[i] * (code_i - zero_point)          q [n], row [kv_row_bytes]
-//   axpy_row: acc[i] += w * (code_i - zero_point)            acc [n]
-// Fast paths use AVX-512 / AVX2+F16C / scalar by runtime dispatch; their summation order
-// differs from the scalar reference (dot: within a few ulp of the sum's magnitude).
-float dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_t n,
-              float zero_point);
-void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, float zero_point,
-              float* acc);
-
-// How to dequantize the rows of one stream: row j's element c is (code - zero_point) * scale
-// (nvfp4: e2m1 * (block_scale / global_scale)), exactly dequantize_row's value.
-struct RowCodec {
-  KvFormat format = KvFormat::kF32;
-  std::int64_t n = 0;  // values per row (head_dim); rows are kv_row_bytes(format, n) apart
-  float scale = 1.0f;
-  float zero_point = 0.0f;
-  float global_scale = 1.0f;  // nvfp4 only
-};
-
-// Multi-query attention kernels (decode): nq query rows share every decoded row, so a GQA group
-// reads each cached K / V row once. Each row is dequantized to exactly dequantize_row's values
-// and the arithmetic after that is the same for every format, so a packed cache gives results
-// BIT-IDENTICAL to an fp32 cache holding the dequantized values (a fake-quantized cache):
-// kvq's packed KV cache reproduces the fake-quant (reference) run exactly. Summation order is
-// fixed per CPU instruction set (not the scalar reference's order).
-//   dot_rows:  scores[i * ld + j] = sum_c q[i * n + c] * x_j[c]     q [nq, n], j < nt
-//   axpy_rows: acc[i * n + c] += sum_j p[i * ld + j] * x_j[c]       (j ascending, fma each)
-// where x_j is row j (at rows + j * kv_row_bytes(format, n)) dequantized.
-void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
-              std::int64_t nt, float* scores, std::int64_t ld);
-void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
-               const std::byte* rows, std::int64_t nt, float* acc);
-
-// Scalar ground truth for the fast paths (and the dispatch fallback).
-namespace ref {
-void dequantize_row(KvFormat format, const std::byte* in, std::int64_t n, float scale,
-                    float zero_point, float global_scale, float* out);
-float dot_row(KvFormat format, const float* q, const std::byte* row, std::int64_t n,
-              float zero_point);
-void axpy_row(KvFormat format, float w, const std::byte* row, std::int64_t n, float zero_point,
-              float* acc);
-// Sequential sums over ref::dequantize_row's values.
-void dot_rows(const RowCodec& codec, const float* q, std::int64_t nq, const std::byte* rows,
-              std::int64_t nt, float* scores, std::int64_t ld);
-void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int64_t ld,
-               const std::byte* rows, std::int64_t nt, float* acc);
-}  // namespace ref
-
-// Which implementation the dispatcher picked on this CPU: "avx512", "avx2" or "scalar".
-std::string_view kv_format_isa();
 
 }  // namespace kvq::quant

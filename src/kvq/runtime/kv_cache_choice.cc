@@ -16,13 +16,18 @@ using model::KvScaleGranularity;
 using model::KvScales;
 using quant::KvFormat;
 
-std::string format_names() {
+// The names of the formats `keep` accepts (all by default), comma-separated, in table order.
+std::string format_names(bool (*keep)(const quant::KvFormatTraits&) = nullptr) {
   std::string s;
   for (const quant::KvFormatTraits& t : quant::kv_format_table()) {
+    if (keep != nullptr && !keep(t)) continue;
     if (!s.empty()) s += ", ";
     s += t.name;
   }
   return s;
+}
+std::string scaled_format_names() {
+  return format_names([](const quant::KvFormatTraits& t) { return t.needs_scale; });
 }
 
 std::string supported_values() {
@@ -101,18 +106,14 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
       fail<InvalidArgument>("--kv-cache '{}': scale granularity must be 'tensor' or 'head'", text);
     }
     if (!quant::kv_format_traits(o.format).needs_scale) {
-      fail<NotSupported>(
-          "--kv-cache '{}': {} is stored unscaled; ':{}' scales apply to fp8, int8, int4 and "
-          "nvfp4 only",
-          text, quant::kv_format_name(o.format), g);
+      fail<NotSupported>("--kv-cache '{}': {} is stored unscaled; ':{}' scales apply to {} only",
+                         text, quant::kv_format_name(o.format), g, scaled_format_names());
     }
   }
-  if (o.int8_query && o.format != KvFormat::kINT8 && o.format != KvFormat::kINT4 &&
-      o.format != KvFormat::kNVFP4) {
+  if (o.int8_query && !quant::kv_format_traits(o.format).supports_int8_query()) {
     fail<NotSupported>(
-        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to int8, int4 and nvfp4 "
-        "caches only",
-        o.text);
+        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to {} caches only",
+        o.text, format_names([](const quant::KvFormatTraits& t) { return t.supports_int8_query(); }));
   }
   return o;
 }
@@ -201,11 +202,11 @@ std::string kv_cache_flag_help(bool list) {
   return fmt::format(
       "KV cache{}: auto (a quantized checkpoint's packed cache with its calibrated scales, "
       "else f32), fake (checkpoint only: its fake quantization, fp32 cache), or "
-      "FORMAT[:tensor|head] with FORMAT one of {} (fp8/int8/int4/nvfp4 on a plain model: "
-      "dynamic scales fixed by the first write, per kv head unless :tensor); "
-      "int8/int4/nvfp4...+q8: "
-      "approximate int8-query decode scores (VNNI), faster, not bit-exact",
-      list ? "s, comma-separated" : "", format_names());
+      "FORMAT[:tensor|head] with FORMAT one of {} ({} on a plain model: dynamic scales fixed by "
+      "the first write, per kv head unless :tensor); {}...+q8: approximate int8-query decode "
+      "scores (VNNI), faster, not bit-exact",
+      list ? "s, comma-separated" : "", format_names(), scaled_format_names(),
+      format_names([](const quant::KvFormatTraits& t) { return t.supports_int8_query(); }));
 }
 
 }  // namespace kvq::runtime

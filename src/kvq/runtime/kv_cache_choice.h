@@ -9,15 +9,15 @@
 //                         k/v fake-quant hooks then stand aside by themselves (the cache
 //                         quantizes; StatesView::quantized_by_cache); q fake quantization stays.
 //                         Plain model: f32.
-//   FORMAT[:tensor|head]  f32, bf16, f16 (unscaled: no granularity), fp8, int8, int4, nvfp4
-//                         (aliases: quant::parse_kv_format). Plain model: a packed cache with
+//   FORMAT[:tensor|head]  f32, bf16, f16 (unscaled: no granularity), fp8, int8, int4, nvfp4,
+//                         fp8_e5m2 (quant::kv_format_table; aliases: quant::parse_kv_format). Plain model: a packed cache with
 //                         DYNAMIC scales fixed by the first write (the prompt), one per kv head
 //                         (`:head`, the default) or per layer's K / V (`:tensor`), see
 //                         model/kv_cache.h. Quantized checkpoint: must name the checkpoint's
 //                         format (and strategy), and means `auto`; anything else is an error.
 //   FORMAT...+q8          int8 / int4 / nvfp4: the same cache, with approximate decode scores —
 //                         the query quantized to int8 per head, integer dot products (AVX-512
-//                         VNNI; see quant/int8_query.h). Opt-in: not bit-identical to fake
+//                         VNNI; see kernels/cpu/int8_query.h). Opt-in: not bit-identical to fake
 //                         quantization.
 //   fake                  quantized checkpoint only: the reference semantics — an f32 cache, so
 //                         the lifecycle's k/v fake-quant hooks quantize (for comparison with

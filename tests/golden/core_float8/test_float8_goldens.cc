@@ -6,26 +6,18 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kvq/core/float8.h"
 #include "kvq/quant/fake_quantize.h"
-#include "support/test_paths.h"
+#include "support/codec_goldens.h"
 
 namespace kvq {
 namespace {
 
-const nlohmann::json& goldens() {
-  static const nlohmann::json j = [] {
-    std::ifstream in(test::test_data_dir() / "codec" / "codec_goldens.json");
-    EXPECT_TRUE(in.good()) << "missing tests/data/codec/codec_goldens.json";
-    return nlohmann::json::parse(in);
-  }();
-  return j;
-}
+const nlohmann::json& goldens() { return test::codec_goldens(); }
 
 float from_bits(std::uint32_t b) { return std::bit_cast<float>(b); }
 

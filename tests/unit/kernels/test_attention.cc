@@ -20,9 +20,10 @@
 
 #include "kvq/core/dtype.h"
 #include "kvq/kernels/cpu/attention.h"
+#include "kvq/kernels/cpu/int8_query.h"
+#include "kvq/kernels/ref/kv_rows_ref.h"
 #include "kvq/kernels/ref/ref_kernels.h"
 #include "kvq/quant/formats.h"
-#include "kvq/quant/int8_query.h"
 
 namespace kvq::kernels {
 namespace {
@@ -31,9 +32,12 @@ struct Case {
   std::int64_t heads, kv_heads, head_dim, q_len, past;
 };
 
-constexpr KvFormat kAllFormats[] = {KvFormat::kF32,     KvFormat::kBF16, KvFormat::kF16,
-                                    KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4,
-                                    KvFormat::kNVFP4};
+// Every format of the codec table.
+std::vector<KvFormat> all_formats() {
+  std::vector<KvFormat> formats;
+  for (const auto& t : quant::kv_format_table()) formats.push_back(t.format);
+  return formats;
+}
 
 // A cache of kv_heads streams [n rows] packed in `format` with quant::quantize_row. Quantized
 // formats get a per-head scale from the head's amax (head h uses a slightly different one, so a
@@ -60,11 +64,10 @@ struct FakeCache {
       }
       KvRowsView view{format, bytes_.data() + h * n * row_bytes_, row_bytes_, d};
       const float spread = 1.0f + 0.1f * static_cast<float>(h);
-      if (format == KvFormat::kFP8E4M3) view.scale = spread * amax / 448.0f;
-      if (format == KvFormat::kINT8) view.scale = spread * amax / 127.0f;
-      if (format == KvFormat::kINT4) view.scale = spread * amax / 7.0f;
+      // amax onto the largest code (fp8 448, int8 127, int4 7).
+      if (t.needs_scale && !t.global_scale) view.scale = spread * amax / t.code_max;
       if (t.supports_zero_point) view.zero_point = (h % 2 == 0) ? 1.0f : -2.0f;
-      if (format == KvFormat::kNVFP4) view.global_scale = 448.0f * 6.0f / (spread * amax);
+      if (t.global_scale) view.global_scale = 448.0f * 6.0f / (spread * amax);
       for (std::int64_t r = 0; r < n; ++r) {
         quant::quantize_row(format, x.data() + r * d, d, view.scale, view.zero_point,
                             view.global_scale, bytes_.data() + (h * n + r) * row_bytes_);
@@ -130,7 +133,7 @@ const Case kCases[] = {
 };
 
 TEST(Attention, PrefillMatchesReference) {
-  for (KvFormat storage : kAllFormats) {
+  for (KvFormat storage : all_formats()) {
     for (const Case& c : kCases) {
       const std::int64_t total = c.past + c.q_len;
       FakeCache k(storage, c.kv_heads, total, c.head_dim, 100 + total);
@@ -152,7 +155,7 @@ TEST(Attention, PrefillMatchesReference) {
 TEST(Attention, DecodeMatchesReferenceForEverySplit) {
   const Case decode_cases[] = {{1, 1, 8, 1, 0},   {4, 2, 16, 1, 1},    {9, 3, 64, 1, 63},
                                {9, 3, 64, 1, 64}, {9, 3, 64, 1, 1000}, {8, 8, 32, 1, 300}};
-  for (KvFormat storage : kAllFormats) {
+  for (KvFormat storage : all_formats()) {
     for (const Case& c : decode_cases) {
       const std::int64_t total = c.past + 1;
       FakeCache k(storage, c.kv_heads, total, c.head_dim, 7 + total);
@@ -185,10 +188,11 @@ TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
                                {9, 3, 64, 1, 1000},
                                {8, 2, 128, 1, 300},
                                {4, 1, 48, 1, 40}};
-  for (KvFormat format : {KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
+  for (KvFormat format : all_formats()) {
+    if (!quant::kv_format_traits(format).supports_int8_query()) continue;
     for (const Case& c : decode_cases) {
       const std::int64_t total = c.past + 1, d = c.head_dim, group = c.heads / c.kv_heads;
-      if (!quant::int8_query_rows_supported(format, d)) continue;  // nvfp4: head_dim % 64 == 0
+      if (!quant::kv_int8_query_supported(format, d)) continue;  // nvfp4: head_dim % 64 == 0
       FakeCache k(format, c.kv_heads, total, d, 17 + total);
       FakeCache v(format, c.kv_heads, total, d, 18 + total);
       for (KvRowsView& view : k.views) view.int8_query_scores = true;
@@ -199,9 +203,9 @@ TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
       std::vector<float> s(static_cast<std::size_t>(total));
       for (std::int64_t h = 0; h < c.heads; ++h) {
         const KvRowsView& kh = k.views[static_cast<std::size_t>(h / group)];
-        quant::Int8Query q8;
-        quant::quantize_query_int8(q.data() + h * d, 1, d, &q8);
-        quant::ref::dot_rows_int8_query(kh.codec(), q8, kh.data, total, s.data(), total);
+        Int8Query q8;
+        quantize_query_int8(q.data() + h * d, 1, d, &q8);
+        ref::dot_rows_int8_query(kh.codec(), q8, kh.data, total, s.data(), total);
         double mx = -INFINITY, sum = 0.0;
         for (float x : s) mx = std::max(mx, static_cast<double>(x) * scale);
         load_kv_rows_ref(v.views[static_cast<std::size_t>(h / group)], 0, total, vrows.data());

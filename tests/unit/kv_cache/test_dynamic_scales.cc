@@ -22,23 +22,49 @@ namespace {
 using quant::KvFormat;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr KvFormat kScaled[] = {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4};
+// What compressed-tensors' symmetric math must give each format with a dynamic stream scale
+// (written out here, not read from the codec table): scale = amax / divisor, and stored values
+// saturate at [min_code, max_code] · scale; int codes have no NaN (they store 0).
+struct ScaleRule {
+  KvFormat format;
+  float divisor, min_code, max_code;
+  bool keeps_nan;
+};
+constexpr ScaleRule kRules[] = {
+    {KvFormat::kFP8E4M3, 448.0f, -448.0f, 448.0f, true},
+    {KvFormat::kINT8, 127.5f, -128.0f, 127.0f, false},
+    {KvFormat::kINT4, 7.5f, -8.0f, 7.0f, false},
+    {KvFormat::kFP8E5M2, 57344.0f, -57344.0f, 57344.0f, true},
+};
+
+const ScaleRule& rule(KvFormat f) {
+  for (const ScaleRule& r : kRules)
+    if (r.format == f) return r;
+  ADD_FAILURE() << quant::kv_format_name(f) << " has no expected dynamic rule in kRules";
+  static const ScaleRule kNone{};
+  return kNone;
+}
+
+// The formats of the codec table with a dynamic stream scale (fp8, int8, int4).
+std::vector<KvFormat> scaled_formats() {
+  std::vector<KvFormat> formats;
+  for (const auto& t : quant::kv_format_table())
+    if (t.needs_scale && !t.global_scale) formats.push_back(t.format);
+  return formats;
+}
+// Every format with a dynamic parameter (the scaled ones and nvfp4's global scale).
+std::vector<KvFormat> dynamic_formats() {
+  std::vector<KvFormat> formats;
+  for (const auto& t : quant::kv_format_table())
+    if (t.needs_scale) formats.push_back(t.format);
+  return formats;
+}
+bool global(KvFormat f) { return quant::kv_format_traits(f).global_scale; }
 
 // compressed-tensors' symmetric scale: amax / ((q_max - q_min) / 2).
-float ct_scale(KvFormat f, float amax) {
-  switch (f) {
-    case KvFormat::kFP8E4M3:
-      return amax / 448.0f;
-    case KvFormat::kINT8:
-      return amax / 127.5f;
-    default:
-      return amax / 7.5f;
-  }
-}
+float ct_scale(KvFormat f, float amax) { return amax / rule(f).divisor; }
 // The largest positive code of the format, as a multiple of the scale.
-float max_code(KvFormat f) {
-  return f == KvFormat::kFP8E4M3 ? 448.0f : f == KvFormat::kINT8 ? 127.0f : 7.0f;
-}
+float max_code(KvFormat f) { return rule(f).max_code; }
 
 std::vector<float> uniform(std::size_t n, std::uint64_t seed, float bound) {
   std::mt19937_64 rng(seed);
@@ -60,7 +86,7 @@ std::size_t at(std::int64_t H, std::int64_t n, std::int64_t D, std::int64_t b, s
 
 TEST(DynamicKvScales, FirstWriteFixesOneScalePerHead) {
   const std::int64_t B = 2, H = 3, D = 32, n = 5;
-  for (KvFormat f : kScaled) {
+  for (KvFormat f : scaled_formats()) {
     const std::string name(quant::kv_format_name(f));
     KvCache cache(2, B, H, D, 16, dynamic_spec(f, KvScaleGranularity::kHead));
     EXPECT_TRUE(cache.has_dynamic_scales());
@@ -91,7 +117,7 @@ TEST(DynamicKvScales, FirstWriteFixesOneScalePerHead) {
         for (std::int64_t t = 0; t < n; ++t) {
           const float s = cache.keys(1).scale(h);
           quant::quantize_row(f, x.data() + at(H, n, D, b, h, t, 0), D, s, 0, 1, row.data());
-          quant::ref::dequantize_row(f, row.data(), D, s, 0, 1, want.data());
+          quant::dequantize_row(f, row.data(), D, s, 0, 1, want.data());
           for (std::int64_t i = 0; i < D; ++i)
             ASSERT_EQ(got[at(H, n, D, b, h, t, i)], want[static_cast<std::size_t>(i)])
                 << name << " b" << b << " h" << h << " t" << t << " i" << i;
@@ -102,7 +128,7 @@ TEST(DynamicKvScales, FirstWriteFixesOneScalePerHead) {
 
 TEST(DynamicKvScales, PerTensorSharesOneScaleAcrossHeads) {
   const std::int64_t B = 1, H = 4, D = 16, n = 3;
-  for (KvFormat f : kScaled) {
+  for (KvFormat f : scaled_formats()) {
     KvCache cache(1, B, H, D, 8, dynamic_spec(f, KvScaleGranularity::kTensor));
     auto x = uniform(static_cast<std::size_t>(B * H * n * D), 2, 1.0f);
     x[at(H, n, D, 0, 2, 1, 5)] = -6.5f;
@@ -128,7 +154,7 @@ TEST(DynamicKvScales, PerTensorSharesOneScaleAcrossHeads) {
 
 TEST(DynamicKvScales, LaterWritesKeepTheScaleAndSaturate) {
   const std::int64_t H = 1, D = 8;
-  for (KvFormat f : kScaled) {
+  for (KvFormat f : scaled_formats()) {
     const std::string name(quant::kv_format_name(f));
     KvCache cache(1, 1, H, D, 8, dynamic_spec(f, KvScaleGranularity::kHead));
     std::vector<float> first(static_cast<std::size_t>(D), 0.25f);
@@ -146,7 +172,7 @@ TEST(DynamicKvScales, LaterWritesKeepTheScaleAndSaturate) {
     cache.advance(1);
     EXPECT_EQ(cache.keys(0).scale(0), s) << name;
     const auto got = cache.keys(0).read(2);
-    const float min_code = f == KvFormat::kFP8E4M3 ? -448.0f : f == KvFormat::kINT8 ? -128 : -8;
+    const float min_code = rule(f).min_code;
     EXPECT_FLOAT_EQ(got[static_cast<std::size_t>(D + 0)], max_code(f) * s) << name;
     EXPECT_FLOAT_EQ(got[static_cast<std::size_t>(D + 1)], min_code * s) << name;
     EXPECT_NEAR(got[static_cast<std::size_t>(D + 2)], 0.5f, 0.5f * s / ct_scale(f, 1.0f) * 0.2f);
@@ -168,11 +194,11 @@ TEST(DynamicKvScales, LaterWritesKeepTheScaleAndSaturate) {
 // scale 1 and never a NaN / zero scale.
 TEST(DynamicKvScales, AllZeroFirstWriteLeavesTheScaleForTheNextWrite) {
   const std::int64_t H = 2, D = 16;
-  for (KvFormat f : {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
+  for (KvFormat f : dynamic_formats()) {
     const std::string name(quant::kv_format_name(f));
     KvCache cache(1, 1, H, D, 8, dynamic_spec(f, KvScaleGranularity::kHead));
     const auto param = [&](std::int64_t h) {
-      return f == KvFormat::kNVFP4 ? cache.keys(0).global_scale(h) : cache.keys(0).scale(h);
+      return global(f) ? cache.keys(0).global_scale(h) : cache.keys(0).scale(h);
     };
     std::vector<float> zeros(static_cast<std::size_t>(H * 2 * D), 0.0f);
     zeros[at(H, 2, D, 0, 1, 1, 3)] = kNaN;
@@ -198,7 +224,7 @@ TEST(DynamicKvScales, AllZeroFirstWriteLeavesTheScaleForTheNextWrite) {
     EXPECT_NEAR(got[at(H, 3, D, 0, 1, 2, 2)], 2.0f, 0.15f) << name;
     // int codes have no NaN (stored as 0); fp8 / nvfp4 keep it.
     const float nan_back = got[at(H, 3, D, 0, 1, 1, 3)];
-    if (f == KvFormat::kINT8 || f == KvFormat::kINT4) {
+    if (!global(f) && !rule(f).keeps_nan) {
       EXPECT_EQ(nan_back, 0.0f) << name;
     } else {
       EXPECT_TRUE(std::isnan(nan_back)) << name;
@@ -289,7 +315,7 @@ TEST(DynamicKvScales, ModelRunEqualsTheSameScalesGiven) {
           }
     }));
   }
-  for (KvFormat f : {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
+  for (KvFormat f : dynamic_formats()) {
     for (KvScaleGranularity g : {KvScaleGranularity::kHead, KvScaleGranularity::kTensor}) {
       const std::string name =
           std::string(quant::kv_format_name(f)) + ":" + std::string(kv_granularity_name(g));
@@ -314,26 +340,22 @@ TEST(DynamicKvScales, ModelRunEqualsTheSameScalesGiven) {
       for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
         KvLayerScales ls;
         for (std::int64_t h = 0; h < c.num_key_value_heads; ++h) {
-          const float ks =
-              f == KvFormat::kNVFP4 ? dyn.keys(l).global_scale(h) : dyn.keys(l).scale(h);
-          const float vs =
-              f == KvFormat::kNVFP4 ? dyn.values(l).global_scale(h) : dyn.values(l).scale(h);
+          const float ks = global(f) ? dyn.keys(l).global_scale(h) : dyn.keys(l).scale(h);
+          const float vs = global(f) ? dyn.values(l).global_scale(h) : dyn.values(l).scale(h);
           ASSERT_TRUE(std::isfinite(ks) && ks > 0 && std::isfinite(vs) && vs > 0) << name;
           // Fixed by the prefill: the prompt's amax (the decode steps did not move it).
           const auto& la = prompt_amax[static_cast<std::size_t>(l)];
           const float amax = g == KvScaleGranularity::kTensor
                                  ? *std::max_element(la.begin(), la.end())
                                  : la[static_cast<std::size_t>(h)];
-          EXPECT_FLOAT_EQ(ks, f == KvFormat::kNVFP4 ? 448.0f * 6.0f / (kNvfp4DynamicHeadroom * amax)
-                                                    : ct_scale(f, amax))
+          EXPECT_FLOAT_EQ(
+              ks, global(f) ? 448.0f * 6.0f / (kNvfp4DynamicHeadroom * amax) : ct_scale(f, amax))
               << name << " layer " << l << " head " << h;
           if (g == KvScaleGranularity::kTensor && h > 0) {
-            EXPECT_EQ(ks,
-                      f == KvFormat::kNVFP4 ? dyn.keys(l).global_scale(0) : dyn.keys(l).scale(0))
-                << name;
+            EXPECT_EQ(ks, global(f) ? dyn.keys(l).global_scale(0) : dyn.keys(l).scale(0)) << name;
           }
-          (f == KvFormat::kNVFP4 ? ls.k_global_scale : ls.k_scale).push_back(ks);
-          (f == KvFormat::kNVFP4 ? ls.v_global_scale : ls.v_scale).push_back(vs);
+          (global(f) ? ls.k_global_scale : ls.k_scale).push_back(ks);
+          (global(f) ? ls.v_global_scale : ls.v_scale).push_back(vs);
         }
         given.layers.push_back(ls);
       }

@@ -1,14 +1,16 @@
 // The packed KV cache computes what compressed-tensors' fake quantization computes.
 //
 // Path A (the reference semantics): key / value hooks fake-quantize the new k / v with
-// kvq::quant::fake_quantize (the port checked against compressed-tensors by tests/golden/quant)
-// and the states go to an fp32 cache. Path B: no hooks, the cache is packed in the format with
-// the SAME scales / zero points / global scale. Both see identical dequantized values (A stores
-// them, B decodes them: quantize_row + dequantize_row == fake_quantize bit for bit), and B's
-// attention kernels decode each row to exactly those fp32 values inside the dot products and
-// accumulations, in the same order as the fp32 kernels. So the logits are bit-identical, prefill
-// and decode; the test demands exact equality (a wrong scale, zero point, head mapping or
-// rounding moves logits by ≥ 1e-3, and even a reordered sum shows as a nonzero difference).
+// kvq::quant::fake_quantize (the port checked against compressed-tensors by tests/golden/quant;
+// for fp8 E5M2, which QuantizationArgs cannot name, the same math written out:
+// tests/support/float_grid_reference.h) and the states go to an fp32 cache. Path B: no hooks, the
+// cache is packed in the format with the SAME scales / zero points / global scale. Both see
+// identical dequantized values (A stores them, B decodes them: quantize_row + dequantize_row ==
+// fake_quantize bit for bit), and B's attention kernels decode each row to exactly those fp32
+// values inside the dot products and accumulations, in the same order as the fp32 kernels. So the
+// logits are bit-identical, prefill and decode; the test demands exact equality (a wrong scale,
+// zero point, head mapping or rounding moves logits by ≥ 1e-3, and even a reordered sum shows as a
+// nonzero difference).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "kvq/quant/formats.h"
 #include "kvq/quant/qparams.h"
 #include "kvq/quant/quant_args.h"
+#include "support/float_grid_reference.h"
 #include "support/test_paths.h"
 
 namespace kvq::model {
@@ -47,22 +50,30 @@ struct Scheme {
   }
 };
 
+// The scheme's QuantizationArgs; a format without them (fp8 E5M2) gets default args, unused.
 QuantizationArgs args_for(const Scheme& s) {
-  QuantizationArgs a;
-  if (s.format == KvFormat::kNVFP4) {
-    a.num_bits = 4;
-    a.type = QuantizationType::kFloat;
-    a.group_size = 16;
-    a.dynamic = quant::DynamicType::kLocal;
-    a.scale_dtype = DType::kF8E4M3;
-  } else {
-    a.num_bits = s.format == KvFormat::kINT4 ? 4 : 8;
-    a.type = s.format == KvFormat::kFP8E4M3 ? QuantizationType::kFloat : QuantizationType::kInt;
+  const auto a = quant::kv_quantization_args(s.format, s.symmetric, s.strategy);
+  EXPECT_TRUE(a.has_value() || test::float_grid(s.format) != nullptr) << s.name();
+  return a.value_or(QuantizationArgs{});
+}
+
+// Every quantized format of the codec table with its k/v schemes: per tensor and per head,
+// symmetric and (with zero points) asymmetric; nvfp4 as tensor_group under a global scale.
+std::vector<Scheme> schemes() {
+  using S = QuantizationStrategy;
+  std::vector<Scheme> out;
+  for (const auto& t : quant::kv_format_table()) {
+    if (!t.needs_scale) continue;
+    if (t.global_scale) {
+      out.push_back({t.format, true, S::kTensorGroup});
+      continue;
+    }
+    for (bool symmetric : {true, false}) {
+      if (!symmetric && !t.supports_zero_point) continue;
+      for (S strategy : {S::kTensor, S::kAttnHead}) out.push_back({t.format, symmetric, strategy});
+    }
   }
-  a.strategy = s.strategy;
-  a.symmetric = s.symmetric;
-  a.validate();
-  return a;
+  return out;
 }
 
 // Per-(layer, k|v) min / max over kv heads, observed on an fp32 run of the whole sequence.
@@ -130,8 +141,13 @@ class FakeQuantEquivalence : public ::testing::Test {
     const auto n = static_cast<std::int64_t>(mn.size());
     const Tensor tmn = Tensor::from_f32({n}, mn), tmx = Tensor::from_f32({n}, mx);
     StreamQ q;
-    if (s.format == KvFormat::kNVFP4) {
+    if (quant::kv_format_traits(s.format).global_scale) {
       q.global_scale = quant::generate_gparam(tmn, tmx).to_f32_vector();
+      return q;
+    }
+    if (const test::FloatGrid* g = test::float_grid(s.format)) {  // symmetric on its grid
+      for (std::size_t i = 0; i < mn.size(); ++i)
+        q.scale.push_back(test::symmetric_scale_on_grid(*g, std::max(-mn[i], mx[i])));
       return q;
     }
     const quant::QParams qp = quant::calculate_qparams(tmn, tmx, a);
@@ -160,12 +176,22 @@ class FakeQuantEquivalence : public ::testing::Test {
           const Shape shape{st.batch, st.heads, st.tokens, st.head_dim};
           const std::vector<float> x(st.data, st.data + st.numel());
           Tensor out;
-          if (s.format == KvFormat::kNVFP4) {
+          if (quant::kv_format_traits(s.format).global_scale) {
             // tensor_group over the last dim: rows [B·H·S, D], one global scale.
             const Tensor x2 = Tensor::from_f32({st.batch * st.heads * st.tokens, st.head_dim}, x);
             const Tensor gs = Tensor::from_f32({1}, q.global_scale);
             const quant::QParams qp = quant::compute_dynamic_scales_and_zp(x2, a, &gs);
             out = quant::fake_quantize(x2, qp.scale, &qp.zero_point, a, &gs);
+          } else if (const test::FloatGrid* g = test::float_grid(s.format)) {
+            std::vector<float> y(x.size());
+            // [batch, heads, tokens, head_dim]: one scale per head or one for all.
+            const auto per_head = static_cast<std::size_t>(st.tokens * st.head_dim);
+            const auto heads = static_cast<std::size_t>(st.heads);
+            for (std::size_t i = 0; i < x.size(); ++i) {
+              const std::size_t h = q.scale.size() == 1 ? 0 : (i / per_head) % heads;
+              y[i] = test::fake_quantize_on_grid(*g, x[i], q.scale[h], 0.0f);
+            }
+            out = Tensor::from_f32(shape, y);
           } else {
             const Shape sshape =
                 s.strategy == QuantizationStrategy::kAttnHead ? Shape{st.heads, 1, 1} : Shape{1};
@@ -206,22 +232,13 @@ class FakeQuantEquivalence : public ::testing::Test {
 };
 
 TEST_F(FakeQuantEquivalence, PackedCacheMatchesFakeQuantizedFp32Cache) {
-  using S = QuantizationStrategy;
-  const Scheme schemes[] = {
-      {KvFormat::kFP8E4M3, true, S::kTensor},    {KvFormat::kFP8E4M3, true, S::kAttnHead},
-      {KvFormat::kINT8, true, S::kTensor},       {KvFormat::kINT8, true, S::kAttnHead},
-      {KvFormat::kINT8, false, S::kTensor},      {KvFormat::kINT8, false, S::kAttnHead},
-      {KvFormat::kINT4, true, S::kTensor},       {KvFormat::kINT4, true, S::kAttnHead},
-      {KvFormat::kINT4, false, S::kTensor},      {KvFormat::kINT4, false, S::kAttnHead},
-      {KvFormat::kNVFP4, true, S::kTensorGroup},
-  };
   const std::vector<float> plain = [&] {
     KvCache cache = model_->make_cache(1, 64);
     return run(cache);
   }();
   const auto vocab = model_->config().vocab_size;
   const auto prefill_n = static_cast<std::size_t>(prompt_.size()) * static_cast<std::size_t>(vocab);
-  for (const Scheme& s : schemes) {
+  for (const Scheme& s : schemes()) {
     const std::vector<float> a = run_fake_quant(s);
     const std::vector<float> b = run_packed(s);
     ASSERT_EQ(a.size(), b.size());

@@ -43,8 +43,10 @@ KvCacheConfig int8_spec() {
 
 TEST(KvCacheConfig, ValidSpecsBuild) {
   EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, int8_spec()));
-  for (KvFormat f : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kF16, KvFormat::kNVFP4}) {
-    EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, f)) << quant::kv_format_name(f);
+  // Formats without a calibrated stream scale: f32 / bf16 / f16, nvfp4 (dynamic global scale).
+  for (const auto& t : quant::kv_format_table()) {
+    if (t.needs_scale && !t.global_scale) continue;
+    EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, t.format)) << t.name;
   }
   KvCacheConfig asym = int8_spec();
   asym.format = KvFormat::kINT4;
@@ -95,22 +97,23 @@ TEST(KvCacheConfig, BadSpecsNameLayerAndTensor) {
   s.layers.pop_back();
   EXPECT_NE(spec_error(s).find("scales for 2 layers"), std::string::npos);
 
-  for (KvFormat f : {KvFormat::kFP8E4M3, KvFormat::kINT8, KvFormat::kINT4}) {
-    EXPECT_THROW(KvCache(3, 1, 2, 16, 8, f), InvalidArgument) << quant::kv_format_name(f);
+  // Every format with a stream scale needs it (nvfp4's global scale is dynamic by default).
+  for (const auto& t : quant::kv_format_table()) {
+    if (!t.needs_scale || t.global_scale) continue;
+    EXPECT_THROW(KvCache(3, 1, 2, 16, 8, t.format), InvalidArgument) << t.name;
   }
 }
 
 // Every stream stores quantize_row of its rows with ITS head's parameters; read() decodes them.
 TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
   const std::int64_t B = 2, H = 3, D = 32, cap = 10;
-  for (KvFormat f : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kF16, KvFormat::kFP8E4M3,
-                     KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4}) {
-    const auto& t = quant::kv_format_traits(f);
+  for (const auto& t : quant::kv_format_table()) {
+    const KvFormat f = t.format;
     KvLayerScales ls;
     ls.k_scale = {0.05f, 0.1f, 0.2f};
     ls.v_scale = {0.3f};
     if (t.supports_zero_point) ls.k_zero_point = {1.0f, -2.0f, 3.0f};
-    if (f == KvFormat::kNVFP4) ls.k_global_scale = {400.0f, 500.0f, 600.0f};
+    if (t.global_scale) ls.k_global_scale = {400.0f, 500.0f, 600.0f};
     KvCache cache(1, B, H, D, cap, KvCacheConfig::calibrated(f, {ls}));
     const auto x = random_states(static_cast<std::size_t>(B * H * 4 * D), 1);
     cache.keys(0).write(3, 4, x.data());  // rows [3, 7)
@@ -120,12 +123,12 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int64_t h = 0; h < H; ++h) {
         // nvfp4 ignores the stream scale (its block scales are in the row).
-        const float s = f == KvFormat::kNVFP4 ? 1.0f : ls.k_scale[static_cast<std::size_t>(h)];
+        const float s = t.global_scale ? 1.0f : ls.k_scale[static_cast<std::size_t>(h)];
         const float zp = t.supports_zero_point ? ls.k_zero_point[static_cast<std::size_t>(h)] : 0;
-        const float gs = f == KvFormat::kNVFP4 ? ls.k_global_scale[static_cast<std::size_t>(h)] : 1;
+        const float gs = t.global_scale ? ls.k_global_scale[static_cast<std::size_t>(h)] : 1;
         for (std::int64_t r = 0; r < 4; ++r) {
           quant::quantize_row(f, x.data() + ((b * H + h) * 4 + r) * D, D, s, zp, gs, row.data());
-          quant::ref::dequantize_row(f, row.data(), D, s, zp, gs, want.data());
+          quant::dequantize_row(f, row.data(), D, s, zp, gs, want.data());
           for (std::int64_t i = 0; i < D; ++i) {
             ASSERT_EQ(got[static_cast<std::size_t>(((b * H + h) * 7 + 3 + r) * D + i)],
                       want[static_cast<std::size_t>(i)])
@@ -143,7 +146,7 @@ TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
   const std::int64_t layers = 30, H = 3, D = 64;
   for (const auto& t : quant::kv_format_table()) {
     KvCacheConfig spec = KvCacheConfig::of(t.format);
-    if (t.needs_scale && t.format != KvFormat::kNVFP4) {
+    if (t.needs_scale && !t.global_scale) {
       spec.scales = KvScales::kCalibrated;
       spec.layers.assign(static_cast<std::size_t>(layers), KvLayerScales{{1.0f}, {1.0f}});
     }

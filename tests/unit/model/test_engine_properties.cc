@@ -317,10 +317,10 @@ TEST_F(Engine, Bf16AndF16CachesStoreRoundedStates) {
     const std::vector<float> a = f32.keys(0).read(12), b = low.keys(0).read(12);
     for (std::size_t i = 0; i < a.size(); ++i) {
       const float want = storage == KvFormat::kBF16 ? round_to_bf16(a[i]) : round_to_fp16(a[i]);
-      ASSERT_EQ(b[i], want) << kernels::kv_storage_name(storage) << " " << i;
+      ASSERT_EQ(b[i], want) << quant::kv_format_name(storage) << " " << i;
     }
     // 8 (bf16) / 11 (fp16) mantissa bits on K and V perturb logits by ~1e-2 at most here.
-    EXPECT_LE(max_abs_diff(ref, logits), 5e-2f) << kernels::kv_storage_name(storage);
+    EXPECT_LE(max_abs_diff(ref, logits), 5e-2f) << quant::kv_format_name(storage);
     EXPECT_GT(max_abs_diff(ref, logits), 0.0f);
   }
   EXPECT_EQ(f32.bytes_per_token(), 3 * 2 * 2 * 16 * 4);  // layers × (K, V) × kv_heads × D × 4

@@ -1,37 +1,37 @@
-// The KV storage format table and row codecs (kvq/quant/formats.h):
-//  - traits, names, row sizes;
+// The KV storage format codec table and row codecs (kvq/quant/formats.h):
+//  - traits, names, row sizes, the QuantizationArgs mapping both ways, the dynamic-scale rule;
 //  - quantize_row + dequantize_row == compressed-tensors' fake_quantize (kvq::quant port, itself
-//    checked against the reference by tests/golden/quant) bit for bit in fp32;
-//  - every fast path (AVX-512 and AVX2, called directly when the CPU has them, and the runtime
-//    dispatch) against the scalar reference on rows of awkward lengths;
+//    checked against the reference by tests/golden/quant) bit for bit in fp32, for every row of
+//    the table that QuantizationArgs can express, and == the same math written out
+//    (tests/support/float_grid_reference.h) for those it cannot (fp8 E5M2);
 //  - the documented NaN / saturation policies.
+// The fast kernels on packed rows are tested against these codecs in tests/unit/kernels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <iostream>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kvq/core/float8.h"
 #include "kvq/core/tensor.h"
 #include "kvq/quant/fake_quantize.h"
 #include "kvq/quant/formats.h"
-#include "kvq/quant/formats_simd.h"
+#include "kvq/quant/kv_row_layout.h"
 #include "kvq/quant/qparams.h"
 #include "kvq/quant/quant_args.h"
+#include "support/float_grid_reference.h"
+#include "support/random_rows.h"
 
 namespace kvq::quant {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr KvFormat kAll[] = {KvFormat::kF32,  KvFormat::kBF16, KvFormat::kF16,  KvFormat::kFP8E4M3,
-                             KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4};
-constexpr std::int64_t kLengths[] = {1, 15, 16, 17, 63, 64, 128, 1000};
 
 // Same value bit for bit, except that NaNs match any NaN and +0 matches -0 (int codes cannot
 // carry the sign of a zero; attention cannot tell them apart).
@@ -43,25 +43,28 @@ constexpr std::int64_t kLengths[] = {1, 15, 16, 17, 63, 64, 128, 1000};
   return ::testing::AssertionFailure() << got << " != " << want;
 }
 
-std::vector<float> random_row(std::mt19937& rng, std::int64_t n, float spread) {
-  std::normal_distribution<float> dist(0.0f, spread);
-  std::vector<float> x(static_cast<std::size_t>(n));
-  for (float& v : x) v = dist(rng);
-  if (n > 4) {
-    x[1] = 0.0f;
-    x[2] = -0.0f;
-    x[3] *= 9.0f;  // an outlier
-  }
-  return x;
-}
+using test::random_row;
 
 TEST(KvFormats, TraitsTable) {
-  ASSERT_EQ(kv_format_table().size(), 7u);
+  ASSERT_EQ(kv_format_table().size(), kKvFormatCount);
   for (std::size_t i = 0; i < kv_format_table().size(); ++i) {
     const auto& t = kv_format_table()[i];
     EXPECT_EQ(static_cast<std::size_t>(t.format), i);
     EXPECT_EQ(&kv_format_traits(t.format), &t);
     EXPECT_EQ(parse_kv_format(t.name), t.format);
+    for (std::string_view alias : t.aliases) {
+      if (!alias.empty()) {
+        EXPECT_EQ(parse_kv_format(alias), t.format) << alias;
+      }
+    }
+    // Every row carries its codec; a quantized one its grid and dynamic rule.
+    EXPECT_NE(t.quantize_row, nullptr) << t.name;
+    EXPECT_NE(t.unscaled, nullptr) << t.name;
+    EXPECT_NE(t.value, nullptr) << t.name;
+    EXPECT_EQ(t.dynamic_param != nullptr, t.needs_scale) << t.name;
+    EXPECT_TRUE(!t.needs_scale || t.code_min < t.code_max) << t.name;
+    EXPECT_TRUE(!t.global_scale || t.needs_scale) << t.name;
+    EXPECT_TRUE(!t.supports_int8_query() || t.int8_query_multiple > 0) << t.name;
   }
   EXPECT_EQ(kv_format_name(KvFormat::kNVFP4), "nvfp4");
   EXPECT_EQ(kv_format_traits(KvFormat::kNVFP4).block_values, 16);
@@ -74,8 +77,96 @@ TEST(KvFormats, TraitsTable) {
   EXPECT_EQ(parse_kv_format("bfloat16"), KvFormat::kBF16);
   EXPECT_EQ(parse_kv_format("float16"), KvFormat::kF16);
   EXPECT_EQ(parse_kv_format("FP4"), KvFormat::kNVFP4);
+  EXPECT_EQ(parse_kv_format("fp8_e5m2"), KvFormat::kFP8E5M2);
+  EXPECT_EQ(parse_kv_format("E5M2"), KvFormat::kFP8E5M2);
+  EXPECT_EQ(parse_kv_format("torch.float8_e5m2"), KvFormat::kFP8E5M2);
+  EXPECT_EQ(kv_format_traits(KvFormat::kFP8E5M2).code_max, 57344.0f);
+  EXPECT_FALSE(kv_format_traits(KvFormat::kFP8E5M2).supports_zero_point);
+  EXPECT_FALSE(kv_format_traits(KvFormat::kFP8E5M2).supports_int8_query());
   EXPECT_FALSE(parse_kv_format("int3").has_value());
   EXPECT_FALSE(parse_kv_format("").has_value());
+  EXPECT_FALSE(parse_kv_format("torch.").has_value());
+}
+
+// Which formats allow int8-query scores, and for which row lengths.
+TEST(KvFormats, Int8QuerySupport) {
+  EXPECT_TRUE(kv_format_traits(KvFormat::kINT8).supports_int8_query());
+  EXPECT_TRUE(kv_format_traits(KvFormat::kINT4).supports_int8_query());
+  EXPECT_TRUE(kv_format_traits(KvFormat::kNVFP4).supports_int8_query());
+  EXPECT_FALSE(kv_format_traits(KvFormat::kFP8E4M3).supports_int8_query());
+  EXPECT_FALSE(kv_format_traits(KvFormat::kBF16).supports_int8_query());
+  EXPECT_TRUE(kv_int8_query_supported(KvFormat::kINT8, 7));
+  EXPECT_TRUE(kv_int8_query_supported(KvFormat::kINT4, 100));
+  EXPECT_TRUE(kv_int8_query_supported(KvFormat::kNVFP4, 128));
+  EXPECT_FALSE(kv_int8_query_supported(KvFormat::kNVFP4, 48));
+  EXPECT_FALSE(kv_int8_query_supported(KvFormat::kFP8E4M3, 64));
+}
+
+// The QuantizationArgs mapping both ways: every row that has args maps back to itself, and
+// the lifecycle's schemes (lifecycle/kv_cache_spec.cc) map as they always did.
+TEST(KvFormats, QuantizationArgsMapping) {
+  for (const auto& t : kv_format_table()) {
+    for (bool symmetric : {true, false}) {
+      if (!symmetric && !t.supports_zero_point) continue;
+      const auto args = kv_quantization_args(t.format, symmetric, QuantizationStrategy::kTensor);
+      EXPECT_EQ(args.has_value(), t.args.exists) << t.name;
+      if (!args) continue;
+      EXPECT_EQ(kv_format_for_args(*args), t.format) << t.name;
+      EXPECT_EQ(args->symmetric, symmetric);
+    }
+  }
+  const auto args = [](QuantizationType type, int bits) {
+    QuantizationArgs a;
+    a.type = type;
+    a.num_bits = bits;
+    return a;
+  };
+  using T = QuantizationType;
+  EXPECT_EQ(kv_format_for_args(args(T::kFloat, 8)), KvFormat::kFP8E4M3);
+  EXPECT_EQ(kv_format_for_args(args(T::kInt, 8)), KvFormat::kINT8);
+  EXPECT_EQ(kv_format_for_args(args(T::kInt, 4)), KvFormat::kINT4);
+  EXPECT_EQ(kv_format_for_args(args(T::kFloat, 4)), KvFormat::kNVFP4);  // fp4 stored as nvfp4
+  EXPECT_FALSE(kv_format_for_args(args(T::kInt, 16)).has_value());
+  EXPECT_FALSE(kv_format_for_args(args(T::kInt, 2)).has_value());
+  const auto nv = kv_quantization_args(KvFormat::kNVFP4, true, QuantizationStrategy::kAttnHead);
+  ASSERT_TRUE(nv.has_value());
+  EXPECT_EQ(nv->strategy, QuantizationStrategy::kTensorGroup);
+  EXPECT_EQ(nv->group_size, 16);
+  EXPECT_EQ(nv->scale_dtype, DType::kF8E4M3);
+  EXPECT_FALSE(kv_quantization_args(KvFormat::kF32, true, QuantizationStrategy::kTensor));
+  // compressed-tensors 0.19.0 has no E5M2 args: float 8 bits is float8_e4m3fn.
+  EXPECT_FALSE(kv_quantization_args(KvFormat::kFP8E5M2, true, QuantizationStrategy::kTensor));
+}
+
+// The dynamic-scale rule is compressed-tensors' symmetric calculate_qparams on the format's
+// grid, bit for bit (for every row QuantizationArgs can express), and nvfp4's generate_gparam.
+TEST(KvFormats, DynamicRuleIsCalculateQparams) {
+  const float amaxes[] = {1e-44f, 1e-30f, 3e-7f,  0.0123f, 0.75f, 1.0f,
+                          2.5f,   6.5f,   448.0f, 3e5f,    1e30f};
+  for (const auto& t : kv_format_table()) {
+    if (!t.needs_scale) continue;
+    for (float amax : amaxes) {
+      const Tensor mn = Tensor::from_f32({1}, std::vector<float>{-amax});
+      const Tensor mx = Tensor::from_f32({1}, std::vector<float>{amax});
+      const float got = kv_dynamic_param(t.format, amax);
+      if (t.global_scale) {
+        const float a = kNvfp4DynamicHeadroom * amax;
+        const Tensor ta = Tensor::from_f32({1}, std::vector<float>{a});
+        EXPECT_EQ(got, generate_gparam(ta, ta).f32()[0]) << t.name << " " << amax;
+        continue;
+      }
+      const auto args = kv_quantization_args(t.format, true, QuantizationStrategy::kTensor);
+      if (!args) {  // QuantizationArgs cannot name this grid: the same math written out
+        const test::FloatGrid* g = test::float_grid(t.format);
+        ASSERT_NE(g, nullptr) << t.name << ": add its grid to tests/support/float_grid_reference.h";
+        EXPECT_EQ(got, test::symmetric_scale_on_grid(*g, amax)) << t.name << " " << amax;
+        continue;
+      }
+      const float want = calculate_qparams(mn, mx, *args).scale.to_f32().f32()[0];
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want))
+          << t.name << " amax " << amax << ": " << got << " vs " << want;
+    }
+  }
 }
 
 TEST(KvFormats, RowBytes) {
@@ -83,6 +174,7 @@ TEST(KvFormats, RowBytes) {
   EXPECT_EQ(kv_row_bytes(KvFormat::kBF16, 64), 128u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kF16, 64), 128u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kFP8E4M3, 64), 64u);
+  EXPECT_EQ(kv_row_bytes(KvFormat::kFP8E5M2, 17), 17u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT8, 64), 64u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT4, 64), 32u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT4, 17), 9u);
@@ -93,11 +185,13 @@ TEST(KvFormats, RowBytes) {
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kF32), 4.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kBF16), 2.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kFP8E4M3), 1.0);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kFP8E5M2), 1.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT8), 1.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4), 0.5);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kNVFP4), 0.5625);
-  for (KvFormat f : kAll)  // bytes per value is the row size of whole blocks
-    EXPECT_DOUBLE_EQ(kv_bytes_per_value(f) * 1024, static_cast<double>(kv_row_bytes(f, 1024)));
+  for (const auto& t : kv_format_table())  // bytes per value is the row size of whole blocks
+    EXPECT_DOUBLE_EQ(kv_bytes_per_value(t.format) * 1024,
+                     static_cast<double>(kv_row_bytes(t.format, 1024)));
 }
 
 TEST(KvFormats, Int4NibbleOrderAndOffset) {
@@ -126,22 +220,9 @@ TEST(KvFormats, Nvfp4Layout) {
 // ---- quantize_row + dequantize_row == fake_quantize -------------------------------------
 
 QuantizationArgs make_args(KvFormat f, bool symmetric) {
-  QuantizationArgs a;
-  if (f == KvFormat::kNVFP4) {
-    a.num_bits = 4;
-    a.type = QuantizationType::kFloat;
-    a.strategy = QuantizationStrategy::kTensorGroup;
-    a.group_size = 16;
-    a.dynamic = DynamicType::kLocal;
-    a.scale_dtype = DType::kF8E4M3;
-  } else {
-    a.num_bits = f == KvFormat::kINT4 ? 4 : 8;
-    a.type = f == KvFormat::kFP8E4M3 ? QuantizationType::kFloat : QuantizationType::kInt;
-    a.strategy = QuantizationStrategy::kTensor;
-  }
-  a.symmetric = symmetric;
-  a.validate();
-  return a;
+  const auto a = kv_quantization_args(f, symmetric, QuantizationStrategy::kTensor);
+  EXPECT_TRUE(a.has_value()) << kv_format_name(f);
+  return a.value_or(QuantizationArgs{});
 }
 
 struct Case {
@@ -155,7 +236,10 @@ struct Case {
 void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
   const auto n = static_cast<std::int64_t>(x.size());
   const Tensor xt = Tensor::from_f32({1, n}, x);
-  const QuantizationArgs args = make_args(c.format, c.symmetric);
+  const bool has_args = kv_format_traits(c.format).args.exists;
+  ASSERT_TRUE(has_args || test::float_grid(c.format) != nullptr)
+      << kv_format_name(c.format) << ": no reference (tests/support/float_grid_reference.h)";
+  const QuantizationArgs args = has_args ? make_args(c.format, c.symmetric) : QuantizationArgs{};
   float lo = 0.0f, hi = 0.0f;
   for (float v : x) {
     lo = std::min(lo, v);
@@ -166,7 +250,14 @@ void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
   std::vector<float> got(x.size());
   std::vector<std::byte> row(kv_row_bytes(c.format, n));
   Tensor want;
-  if (c.format == KvFormat::kNVFP4) {
+  if (const test::FloatGrid* g = test::float_grid(c.format)) {  // no QuantizationArgs
+    const float scale = test::symmetric_scale_on_grid(*g, std::max(-lo, hi) * c.scale_shrink);
+    std::vector<float> w(x.size());
+    for (std::int64_t i = 0; i < n; ++i) w[i] = test::fake_quantize_on_grid(*g, x[i], scale, 0.0f);
+    want = Tensor::from_f32({1, n}, w);
+    quantize_row(c.format, x.data(), n, scale, 0.0f, 1.0f, row.data());
+    dequantize_row(c.format, row.data(), n, scale, 0.0f, 1.0f, got.data());
+  } else if (kv_format_traits(c.format).global_scale) {  // nvfp4: tensor_group under a global scale
     const Tensor gs = generate_gparam(mn, mx);
     const QParams qp = compute_dynamic_scales_and_zp(xt, args, &gs);
     want = fake_quantize(xt, qp.scale, &qp.zero_point, args, &gs);
@@ -191,17 +282,23 @@ void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
   }
 }
 
+// Every quantized row of the table: symmetric and (with zero points) asymmetric, with static
+// scales that fit the data or make it clamp.
+std::vector<Case> fake_quantize_cases() {
+  std::vector<Case> cases;
+  for (const auto& t : kv_format_table()) {
+    if (!t.needs_scale) continue;
+    for (float shrink : {1.0f, 0.3f, 0.01f}) {
+      cases.push_back({t.format, true, shrink});
+      if (t.supports_zero_point) cases.push_back({t.format, false, shrink});
+    }
+  }
+  return cases;
+}
+
 TEST(KvFormats, RoundTripEqualsFakeQuantize) {
-  const Case cases[] = {
-      {KvFormat::kINT8, true, 1.0f},     {KvFormat::kINT8, false, 1.0f},
-      {KvFormat::kINT8, true, 0.3f},     {KvFormat::kINT8, false, 0.3f},
-      {KvFormat::kINT4, true, 1.0f},     {KvFormat::kINT4, false, 1.0f},
-      {KvFormat::kINT4, true, 0.3f},     {KvFormat::kFP8E4M3, true, 1.0f},
-      {KvFormat::kFP8E4M3, true, 0.01f}, {KvFormat::kNVFP4, true, 1.0f},
-      {KvFormat::kNVFP4, true, 0.01f},
-  };
   std::mt19937 rng(7);
-  for (const Case& c : cases) {
+  for (const Case& c : fake_quantize_cases()) {
     for (std::int64_t n : {16, 64, 128, 1024}) {
       for (float spread : {1e-3f, 1.0f, 300.0f}) {
         check_against_fake_quantize(c, random_row(rng, n, spread));
@@ -226,13 +323,80 @@ TEST(KvFormats, RoundTripEqualsFakeQuantizeOnTiesAndEdges) {
   for (float v : ties)
     if (std::fabs(v) < 100.0f) finite.push_back(v);
   while (finite.size() % 16 != 0) finite.push_back(0.0f);
-  for (KvFormat f : {KvFormat::kINT8, KvFormat::kINT4, KvFormat::kFP8E4M3, KvFormat::kNVFP4}) {
+  for (const auto& t : kv_format_table()) {
+    if (!t.needs_scale) continue;
+    const KvFormat f = t.format;
     check_against_fake_quantize({f, true, 1.0f}, ties);
     check_against_fake_quantize({f, true, 1.0f}, finite);
     check_against_fake_quantize({f, true, 0.25f}, finite);
-    if (kv_format_traits(f).supports_zero_point)
-      check_against_fake_quantize({f, false, 1.0f}, finite);
+    if (t.supports_zero_point) check_against_fake_quantize({f, false, 1.0f}, finite);
   }
+}
+
+// The written-out reference used for grids without QuantizationArgs is fake_quantize (and its
+// scale calculate_qparams) bit for bit where both exist: on the E4M3 grid.
+TEST(KvFormats, FloatGridReferenceIsFakeQuantizeOnE4M3) {
+  const QuantizationArgs args = make_args(KvFormat::kFP8E4M3, true);
+  const test::FloatGrid& g = test::kE4M3Grid;
+  std::mt19937 rng(29);
+  for (float spread : {1e-3f, 1.0f, 300.0f}) {
+    std::vector<float> x = random_row(rng, 256, spread);
+    x[7] = kNaN;
+    x[8] = kInf;
+    x[9] = -1e6f;
+    float amax = 0.0f;
+    for (float v : x)
+      if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+    for (float shrink : {1.0f, 0.1f}) {
+      const float a = amax * shrink;
+      const QParams qp = calculate_qparams(Tensor::from_f32({1}, std::vector<float>{-a}),
+                                           Tensor::from_f32({1}, std::vector<float>{a}), args);
+      const float scale = qp.scale.to_f32().f32()[0];
+      ASSERT_EQ(scale, test::symmetric_scale_on_grid(g, a));
+      const Tensor want =
+          fake_quantize(Tensor::from_f32({1, 256}, x), qp.scale, &qp.zero_point, args);
+      for (int i = 0; i < 256; ++i) {
+        const float got = test::fake_quantize_on_grid(g, x[i], scale, 0.0f);
+        EXPECT_TRUE(std::isnan(got) ? std::isnan(want.f32()[i])
+                                    : std::bit_cast<std::uint32_t>(got) ==
+                                          std::bit_cast<std::uint32_t>(want.f32()[i]))
+            << i << " x=" << x[i] << ": " << got << " vs " << want.f32()[i];
+      }
+    }
+  }
+}
+
+// E5M2 at scale 1: every midpoint between neighbouring codes (ties to the even code), the
+// neighbours of each midpoint, and the saturating edges (57344 is the largest finite value;
+// torch's cast would give inf from 61440 on, the clamp before it does not).
+TEST(KvFormats, Fp8E5M2MidpointsAndEdgesAtScaleOne) {
+  const test::FloatGrid& g = *test::float_grid(KvFormat::kFP8E5M2);
+  std::vector<float> x;
+  for (int c = 0; c < 0x7b; ++c) {
+    const float mid = (e5m2_to_f32(static_cast<std::uint8_t>(c)) +
+                       e5m2_to_f32(static_cast<std::uint8_t>(c + 1))) /
+                      2.0f;
+    for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, kInf)}) {
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  for (float v : {57344.0f, 60000.0f, 61440.0f, 1e6f, 0.0f, -0.0f, kInf}) {
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  x.push_back(kNaN);  // after +inf, -inf
+  const auto n = static_cast<std::int64_t>(x.size());
+  std::vector<std::byte> row(kv_row_bytes(KvFormat::kFP8E5M2, n));
+  std::vector<float> got(x.size());
+  quantize_row(KvFormat::kFP8E5M2, x.data(), n, 1.0f, 0.0f, 1.0f, row.data());
+  dequantize_row(KvFormat::kFP8E5M2, row.data(), n, 1.0f, 0.0f, 1.0f, got.data());
+  for (std::int64_t i = 0; i < n; ++i)
+    EXPECT_TRUE(same_value(got[i], test::fake_quantize_on_grid(g, x[i], 1.0f, 0.0f)))
+        << "x=" << x[i];
+  EXPECT_EQ(got[got.size() - 3], 57344.0f);   // +inf saturates
+  EXPECT_EQ(got[got.size() - 2], -57344.0f);  // -inf
+  EXPECT_TRUE(std::isnan(got.back()));
 }
 
 // The nvfp4 block scale is global_scale * (amax / 6), in that order (calculate_qparams divides
@@ -306,13 +470,17 @@ TEST(KvFormats, NanAndInfPolicy) {
   x[2] = -kInf;
   std::vector<float> got(32);
   std::vector<std::byte> row(64);
-  // fp8: NaN stays NaN, inf saturates to +-448 (clamp before the cast).
-  quantize_row(KvFormat::kFP8E4M3, x.data(), 32, 0.5f, 0.0f, 1.0f, row.data());
-  dequantize_row(KvFormat::kFP8E4M3, row.data(), 32, 0.5f, 0.0f, 1.0f, got.data());
-  EXPECT_TRUE(std::isnan(got[0]));
-  EXPECT_EQ(got[1], 224.0f);
-  EXPECT_EQ(got[2], -224.0f);
-  EXPECT_EQ(got[3], 0.25f);
+  // fp8 / fp8_e5m2: NaN stays NaN, inf saturates to +-448 / +-57344 (clamp before the cast: never
+  // E5M2's inf code).
+  for (const auto& [f, saturated] :
+       {std::pair{KvFormat::kFP8E4M3, 224.0f}, std::pair{KvFormat::kFP8E5M2, 28672.0f}}) {
+    quantize_row(f, x.data(), 32, 0.5f, 0.0f, 1.0f, row.data());
+    dequantize_row(f, row.data(), 32, 0.5f, 0.0f, 1.0f, got.data());
+    EXPECT_TRUE(std::isnan(got[0])) << kv_format_name(f);
+    EXPECT_EQ(got[1], saturated) << kv_format_name(f);
+    EXPECT_EQ(got[2], -saturated) << kv_format_name(f);
+    EXPECT_EQ(got[3], 0.25f) << kv_format_name(f);
+  }
   // int8 / int4: NaN stores q = 0 (torch's .to(int8) on x86), decoding to -zp * scale.
   quantize_row(KvFormat::kINT8, x.data(), 32, 0.5f, 3.0f, 1.0f, row.data());
   dequantize_row(KvFormat::kINT8, row.data(), 32, 0.5f, 3.0f, 1.0f, got.data());
@@ -338,81 +506,7 @@ TEST(KvFormats, NanAndInfPolicy) {
   EXPECT_EQ(row[8], std::byte{f32_to_e4m3(0.125f)});
 }
 
-// ---- fast paths vs the scalar reference --------------------------------------------------
-
-using DequantFn = std::int64_t (*)(KvFormat, const std::byte*, std::int64_t, float, float, float,
-                                   float*);
-using DotFn = std::int64_t (*)(KvFormat, const float*, const std::byte*, std::int64_t, float,
-                               float*);
-using AxpyFn = std::int64_t (*)(KvFormat, float, const std::byte*, std::int64_t, float, float*);
-
-struct Impl {
-  const char* name;
-  bool available;
-  std::int64_t step;  // values per SIMD chunk
-  DequantFn dequant;
-  DotFn dot;
-  AxpyFn axpy;
-};
-
-// The SIMD kernels only cover whole chunks; finish the tail like the dispatcher does.
-void finish_tail(KvFormat f, const std::byte* row, std::int64_t n, std::int64_t from, float zp,
-                 std::vector<float>& out, float scale, float gs) {
-  for (std::int64_t i = from; i < n; ++i) {
-    out[i] = f == KvFormat::kNVFP4
-                 ? e2m1_to_f32(detail::nibble(row, i)) * (detail::nvfp4_block_scale(row, n, i) / gs)
-                 : detail::decode_value(f, row, n, i, zp) * scale;
-  }
-}
-
-std::vector<Impl> impls() {
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  return {{"avx512", avx512, 16, detail::avx512::dequantize_row, detail::avx512::dot_row,
-           detail::avx512::axpy_row},
-          {"avx2", avx2, 8, detail::avx2::dequantize_row, detail::avx2::dot_row,
-           detail::avx2::axpy_row}};
-}
-
-// A row of random bytes (every code, NaN codes included) for the decode-only comparisons.
-std::vector<std::byte> random_bytes(std::mt19937& rng, std::size_t count) {
-  std::vector<std::byte> b(count);
-  for (auto& v : b) v = static_cast<std::byte>(rng() & 0xff);
-  return b;
-}
-
-TEST(KvFormats, FastDequantizeEqualsReferenceOnEveryCode) {
-  std::cout << "dispatch: " << kv_format_isa() << "\n";
-  std::mt19937 rng(11);
-  for (const Impl& impl : impls()) {
-    if (!impl.available) continue;
-    for (KvFormat f : kAll) {
-      for (std::int64_t n : kLengths) {
-        const auto row = random_bytes(rng, kv_row_bytes(f, n));
-        const float zp = kv_format_traits(f).supports_zero_point ? -3.0f : 0.0f;
-        std::vector<float> want(n), got(n, -1.0f), via_dispatch(n);
-        ref::dequantize_row(f, row.data(), n, 0.37f, zp, 1.7f, want.data());
-        const std::int64_t done = impl.dequant(f, row.data(), n, 0.37f, zp, 1.7f, got.data());
-        ASSERT_EQ(done, n - n % impl.step) << impl.name;
-        finish_tail(f, row.data(), n, done, zp, got, 0.37f, 1.7f);
-        dequantize_row(f, row.data(), n, 0.37f, zp, 1.7f, via_dispatch.data());
-        for (std::int64_t i = 0; i < n; ++i) {
-          // Bit-exact (NaN payloads aside): the same per-element ops in the same order.
-          const bool ok =
-              (std::isnan(want[i]) && std::isnan(got[i])) ||
-              std::bit_cast<std::uint32_t>(want[i]) == std::bit_cast<std::uint32_t>(got[i]);
-          ASSERT_TRUE(ok) << impl.name << " " << kv_format_name(f) << " n=" << n << " i=" << i
-                          << " got " << got[i] << " want " << want[i];
-          ASSERT_TRUE((std::isnan(want[i]) && std::isnan(via_dispatch[i])) ||
-                      want[i] == via_dispatch[i]);
-        }
-      }
-    }
-  }
-}
+// ---- layout helpers -----------------------------------------------------------------------
 
 TEST(KvFormats, E4M3TableEqualsCodec) {
   for (int c = 0; c < 256; ++c) {
@@ -421,97 +515,6 @@ TEST(KvFormats, E4M3TableEqualsCodec) {
     EXPECT_TRUE((std::isnan(want) && std::isnan(got)) ||
                 std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(got))
         << c;
-  }
-}
-
-TEST(KvFormats, Fp8FastDecodeCoversAll256Codes) {
-  std::vector<std::byte> row(256);
-  for (int c = 0; c < 256; ++c) row[c] = static_cast<std::byte>(c);
-  std::vector<float> got(256);
-  dequantize_row(KvFormat::kFP8E4M3, row.data(), 256, 1.0f, 0.0f, 1.0f, got.data());
-  for (int c = 0; c < 256; ++c) {
-    const float want = e4m3_to_f32(static_cast<std::uint8_t>(c));
-    if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(got[c])) << c;
-    } else {
-      EXPECT_EQ(std::bit_cast<std::uint32_t>(got[c]), std::bit_cast<std::uint32_t>(want)) << c;
-    }
-  }
-}
-
-TEST(KvFormats, FastDotAndAxpyMatchReference) {
-  std::mt19937 rng(13);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (const Impl& impl : impls()) {
-    if (!impl.available) continue;
-    for (KvFormat f : kAll) {
-      for (std::int64_t n : kLengths) {
-        std::vector<float> x = random_row(rng, n, 2.0f);
-        if (n >= 16) {  // edge values: the format's extremes after scaling
-          x[5] = 1e6f;
-          x[6] = -1e6f;
-        }
-        float amax = 0.0f;
-        for (float v : x) amax = std::max(amax, std::fabs(v));
-        const float scale = amax / 100.0f;
-        const float zp = kv_format_traits(f).supports_zero_point ? 2.0f : 0.0f;
-        const float gs = 448.0f * 6.0f / amax;
-        std::vector<std::byte> row(kv_row_bytes(f, n));
-        quantize_row(f, x.data(), n, scale, zp, gs, row.data());
-        std::vector<float> q(n);
-        for (float& v : q) v = dist(rng);
-
-        // dot: summation order differs (lanes, two accumulators); the error of either order is
-        // below n * eps * sum|q_i v_i|, so their difference is below twice that.
-        const float want = ref::dot_row(f, q.data(), row.data(), n, zp);
-        float head = 0.0f;
-        const std::int64_t done = impl.dot(f, q.data(), row.data(), n, zp, &head);
-        float got = head;
-        double abs_sum = 0.0;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const float v = detail::decode_value(f, row.data(), n, i, zp);
-          abs_sum += std::fabs(static_cast<double>(q[i]) * v);
-          if (i >= done) got += q[i] * v;
-        }
-        const double tol = 2.0 * static_cast<double>(n) * 0x1p-24 * abs_sum;
-        EXPECT_LE(std::fabs(static_cast<double>(got) - want), tol)
-            << impl.name << " " << kv_format_name(f) << " n=" << n;
-        EXPECT_LE(std::fabs(static_cast<double>(dot_row(f, q.data(), row.data(), n, zp)) - want),
-                  tol);
-
-        // axpy: one fma per element in both: bit-exact.
-        std::vector<float> acc_ref(q), acc_fast(q), acc_dispatch(q);
-        ref::axpy_row(f, 0.625f, row.data(), n, zp, acc_ref.data());
-        const std::int64_t done_axpy = impl.axpy(f, 0.625f, row.data(), n, zp, acc_fast.data());
-        for (std::int64_t i = done_axpy; i < n; ++i)
-          acc_fast[i] =
-              std::fma(0.625f, detail::decode_value(f, row.data(), n, i, zp), acc_fast[i]);
-        axpy_row(f, 0.625f, row.data(), n, zp, acc_dispatch.data());
-        for (std::int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(acc_fast[i], acc_ref[i]) << impl.name << " " << kv_format_name(f) << " i=" << i;
-          ASSERT_EQ(acc_dispatch[i], acc_ref[i]);
-        }
-      }
-    }
-  }
-}
-
-// The fast paths fold no scale: dot / axpy of a row equal the dequantized row over its scale.
-TEST(KvFormats, DotAndAxpyLeaveTheStreamScaleOut) {
-  std::mt19937 rng(17);
-  for (KvFormat f : kAll) {
-    const std::int64_t n = 64;
-    const std::vector<float> x = random_row(rng, n, 1.0f);
-    const float scale = 0.02f, gs = 300.0f;
-    std::vector<std::byte> row(kv_row_bytes(f, n));
-    quantize_row(f, x.data(), n, scale, 0.0f, gs, row.data());
-    std::vector<float> deq(n), acc(n, 0.0f);
-    dequantize_row(f, row.data(), n, scale, 0.0f, gs, deq.data());
-    axpy_row(f, 1.0f, row.data(), n, 0.0f, acc.data());
-    const float fold = f == KvFormat::kNVFP4 ? 1.0f / gs : scale;
-    for (std::int64_t i = 0; i < n; ++i)
-      EXPECT_NEAR(acc[i] * fold, deq[i], 1e-6f * std::fabs(deq[i]) + 1e-30f)
-          << kv_format_name(f) << " " << i;
   }
 }
 

@@ -89,7 +89,7 @@ TEST(KvCacheOption, Int8QueryScoresAreAnInt8OptIn) {
   EXPECT_FALSE(parse_kv_cache_option("int8:head").int8_query);
   const std::string e = error_of("fp8:head+q8");
   EXPECT_NE(e.find("--kv-cache 'fp8:head+q8': +q8 (decode scores with an int8 query) applies to "
-                   "int8, int4 and nvfp4 caches only"),
+                   "int8, int4, nvfp4 caches only"),
             std::string::npos)
       << e;
   EXPECT_THROW(parse_kv_cache_option("bf16+q8"), NotSupported);

@@ -11,9 +11,9 @@
 #include "kvq/core/error.h"
 #include "kvq/core/threading.h"
 #include "kvq/kernels/cpu/cpu_features.h"
+#include "kvq/kernels/cpu/int8_query.h"
+#include "kvq/kernels/cpu/kv_row_kernels.h"
 #include "kvq/kernels/cpu/softmax.h"
-#include "kvq/quant/formats.h"
-#include "kvq/quant/int8_query.h"
 
 namespace kvq::kernels {
 namespace {
@@ -231,7 +231,7 @@ void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64
 
 // Decode: online-softmax attention of the nq query rows q [nq, d] of one KV group (all at the
 // last position, so every row in [t_begin, t_end) is visible) straight over the packed rows:
-// quant::dot_rows / axpy_rows decode each K / V row once for the whole group. They see the same
+// dot_rows / axpy_rows decode each K / V row once for the whole group. They see the same
 // dequantized values as an fp32 cache and do the same arithmetic after that, so a packed cache
 // gives bit-identical results to a fake-quantized fp32 one. s [nq, kKeyTile] is scratch;
 // m, l [nq] and acc [nq, d] as attend_range.
@@ -241,14 +241,14 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
   const std::int64_t d = k.head_dim;
   const quant::RowCodec k_codec = k.codec(), v_codec = v.codec();
   // Opt-in approximate scores (kv_rows.h): the group's queries quantized to int8 once.
-  thread_local quant::Int8Query q8;
-  if (k.int8_query_scores) quant::quantize_query_int8(q, nq, d, &q8);
+  thread_local Int8Query q8;
+  if (k.int8_query_scores) quantize_query_int8(q, nq, d, &q8);
   for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
     const std::int64_t nt = std::min(kKeyTile, t_end - t0);
     if (k.int8_query_scores)
-      quant::dot_rows_int8_query(k_codec, q8, k.row(t0), nt, s, kKeyTile);
+      dot_rows_int8_query(k_codec, q8, k.row(t0), nt, s, kKeyTile);
     else
-      quant::dot_rows(k_codec, q, nq, k.row(t0), nt, s, kKeyTile);
+      dot_rows(k_codec, q, nq, k.row(t0), nt, s, kKeyTile);
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = s + i * kKeyTile;
       for (std::int64_t j = 0; j < nt; ++j) si[j] *= scale;
@@ -262,7 +262,7 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
       }
       m[i] = mx;
     }
-    quant::axpy_rows(v_codec, s, nq, kKeyTile, v.row(t0), nt, acc);
+    axpy_rows(v_codec, s, nq, kKeyTile, v.row(t0), nt, acc);
   }
 }
 

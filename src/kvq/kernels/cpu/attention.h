@@ -4,9 +4,9 @@
 // S × S score matrix is never materialised; each 64-row K / V tile is decoded to fp32 in a small
 // per-thread scratch (load_kv_rows: the dequantized values (code - zp) · scale, exactly what a
 // fake-quantized fp32 cache would hold); work items (head, query tile) run on OpenMP threads.
-// Decode (q_len == 1): no decoded copy at all — quant::dot_rows / axpy_rows read the packed K / V
-// rows of a KV group once for all its query heads, dequantizing in registers to exactly the
-// values a fake-quantized fp32 cache would hold, so packed and fake-quant decode are
+// Decode (q_len == 1): no decoded copy at all — dot_rows / axpy_rows (kv_row_kernels.h) read the
+// packed K / V rows of a KV group once for all its query heads, dequantizing in registers to
+// exactly the values a fake-quantized fp32 cache would hold, so packed and fake-quant decode are
 // bit-identical (the stream scales are applied per element rather than folded out: with the
 // row decoded once per GQA group the multiply is shared by the group's heads). Long contexts
 // are also split along the sequence (partial softmax states merged at the end) so every thread

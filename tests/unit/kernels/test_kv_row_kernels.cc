@@ -1,6 +1,6 @@
-// The multi-query row kernels quant::dot_rows / axpy_rows (kvq/quant/formats.h), which decode
-// attention runs on the packed KV cache:
-//  - against the scalar reference (ref::dot_rows / axpy_rows) for every format, query counts
+// The multi-query row kernels dot_rows / axpy_rows (kvq/kernels/cpu/kv_row_kernels.h), which
+// decode attention runs on the packed KV cache:
+//  - against the scalar twins (ref::dot_rows / axpy_rows) for every format, query counts
 //    across the kernels' register blocks (1..kMaxRowQueries and beyond) and row lengths with
 //    and without a scalar tail;
 //  - THE property the engine relies on: on packed rows they give results bit-identical to the
@@ -14,13 +14,22 @@
 #include <random>
 #include <vector>
 
+#include "kvq/kernels/cpu/kv_row_kernels.h"
+#include "kvq/kernels/ref/kv_rows_ref.h"
 #include "kvq/quant/formats.h"
 
-namespace kvq::quant {
+namespace kvq::kernels {
 namespace {
 
-constexpr KvFormat kAll[] = {KvFormat::kF32,  KvFormat::kBF16, KvFormat::kF16,  KvFormat::kFP8E4M3,
-                             KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4};
+using quant::kv_format_name;
+using quant::kv_row_bytes;
+
+// Every format of the codec table.
+std::vector<KvFormat> all_formats() {
+  std::vector<KvFormat> formats;
+  for (const auto& t : quant::kv_format_table()) formats.push_back(t.format);
+  return formats;
+}
 constexpr std::int64_t kLengths[] = {7, 16, 40, 64, 128};
 constexpr std::int64_t kQueries[] = {1, 2, 3, 5, 8, 9, 17};
 constexpr std::int64_t kRows = 37;  // two blocks of 16 rows (AVX-512 block reduction) + 5
@@ -31,13 +40,13 @@ struct Rows {
   std::vector<float> decoded;    // [kRows, n] = dequantize_row of each row
 };
 
+// Scales, zero points and global scales that are not powers of two (per the format's row).
 RowCodec codec_for(KvFormat format, std::int64_t n) {
+  const quant::KvFormatTraits& t = quant::kv_format_traits(format);
   RowCodec c{format, n};
-  const bool plain =
-      format == KvFormat::kF32 || format == KvFormat::kBF16 || format == KvFormat::kF16;
-  c.scale = plain ? 1.0f : (format == KvFormat::kFP8E4M3 ? 0.0131f : 0.0377f);
+  c.scale = !t.needs_scale ? 1.0f : (format == KvFormat::kFP8E4M3 ? 0.0131f : 0.0377f);
   c.zero_point = format == KvFormat::kINT8 ? -3.0f : (format == KvFormat::kINT4 ? 1.0f : 0.0f);
-  c.global_scale = format == KvFormat::kNVFP4 ? 1234.567f : 1.0f;
+  c.global_scale = t.global_scale ? 1234.567f : 1.0f;
   return c;
 }
 
@@ -51,9 +60,10 @@ Rows make_rows(std::mt19937& rng, KvFormat format, std::int64_t n) {
   for (std::int64_t j = 0; j < kRows; ++j) {
     for (float& v : x) v = dist(rng);
     std::byte* row = r.bytes.data() + j * row_bytes;
-    quantize_row(format, x.data(), n, r.codec.scale, r.codec.zero_point, r.codec.global_scale, row);
-    dequantize_row(format, row, n, r.codec.scale, r.codec.zero_point, r.codec.global_scale,
-                   r.decoded.data() + j * n);
+    quant::quantize_row(format, x.data(), n, r.codec.scale, r.codec.zero_point,
+                        r.codec.global_scale, row);
+    kernels::dequantize_row(format, row, n, r.codec.scale, r.codec.zero_point, r.codec.global_scale,
+                            r.decoded.data() + j * n);
   }
   return r;
 }
@@ -69,7 +79,7 @@ constexpr std::int64_t kLd = kRows + 3;  // a score stride wider than the row co
 
 TEST(RowKernels, MatchScalarReference) {
   std::mt19937 rng(7);
-  for (KvFormat f : kAll) {
+  for (KvFormat f : all_formats()) {
     for (std::int64_t n : kLengths) {
       const Rows r = make_rows(rng, f, n);
       for (std::int64_t nq : kQueries) {
@@ -103,7 +113,7 @@ TEST(RowKernels, MatchScalarReference) {
 
 TEST(RowKernels, PackedRowsBitIdenticalToFakeQuantizedFp32Rows) {
   std::mt19937 rng(11);
-  for (KvFormat f : kAll) {
+  for (KvFormat f : all_formats()) {
     for (std::int64_t n : kLengths) {
       const Rows packed = make_rows(rng, f, n);
       // The fake-quantized cache: fp32 rows holding the dequantized values, unit scale.
@@ -137,7 +147,7 @@ TEST(RowKernels, PackedRowsBitIdenticalToFakeQuantizedFp32Rows) {
 // horizontal sums together, bit-identical to one row at a time.
 TEST(RowKernels, ScoresIndependentOfRowBlocking) {
   std::mt19937 rng(13);
-  for (KvFormat f : kAll) {
+  for (KvFormat f : all_formats()) {
     for (std::int64_t n : kLengths) {
       const Rows r = make_rows(rng, f, n);
       const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(f, n));
@@ -172,4 +182,4 @@ TEST(RowKernels, NoRowsAndNoQueriesAreNoOps) {
 }
 
 }  // namespace
-}  // namespace kvq::quant
+}  // namespace kvq::kernels

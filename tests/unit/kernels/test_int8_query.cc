@@ -1,4 +1,4 @@
-// quant::quantize_query_int8 / dot_rows_int8_query (kvq/quant/int8_query.h): the approximate
+// quantize_query_int8 / dot_rows_int8_query (kvq/kernels/cpu/int8_query.h): the approximate
 // int8-query scores over int8, int4 and nvfp4 K rows.
 //  - the fast path (AVX-512 VNNI where the CPU has it) equals the scalar twin bit for bit
 //    (integer sums), for head sizes with and without a masked tail, query counts across the
@@ -15,9 +15,11 @@
 #include <random>
 #include <vector>
 
-#include "kvq/quant/int8_query.h"
+#include "kvq/kernels/cpu/int8_query.h"
+#include "kvq/kernels/cpu/kv_row_kernels.h"
+#include "kvq/kernels/ref/kv_rows_ref.h"
 
-namespace kvq::quant {
+namespace kvq::kernels {
 namespace {
 
 constexpr std::int64_t kRows = 37;  // two blocks of 16 rows + 5 single rows
@@ -38,30 +40,37 @@ struct IntRows {
 
 IntRows make_rows(std::mt19937& rng, KvFormat format, std::int64_t n, float zero_point) {
   const float scale = format == KvFormat::kINT8 ? 0.0211f : 0.377f;
-  const float gs = format == KvFormat::kNVFP4 ? 1234.567f : 1.0f;
+  const float gs = quant::kv_format_traits(format).global_scale ? 1234.567f : 1.0f;
   IntRows r{{format, n, scale, zero_point, gs}, {}, {}};
-  const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(format, n));
+  const auto row_bytes = static_cast<std::int64_t>(quant::kv_row_bytes(format, n));
   r.bytes.resize(static_cast<std::size_t>(kRows * row_bytes));
   r.decoded.resize(static_cast<std::size_t>(kRows * n));
   const auto x = normal(rng, kRows * n, 1.0f);
   for (std::int64_t j = 0; j < kRows; ++j) {
-    quantize_row(format, x.data() + j * n, n, scale, zero_point, gs,
-                 r.bytes.data() + j * row_bytes);
-    dequantize_row(format, r.bytes.data() + j * row_bytes, n, scale, zero_point, gs,
-                   r.decoded.data() + j * n);
+    quant::quantize_row(format, x.data() + j * n, n, scale, zero_point, gs,
+                        r.bytes.data() + j * row_bytes);
+    kernels::dequantize_row(format, r.bytes.data() + j * row_bytes, n, scale, zero_point, gs,
+                            r.decoded.data() + j * n);
   }
   return r;
 }
 
-constexpr KvFormat kFormats[] = {KvFormat::kINT8, KvFormat::kINT4, KvFormat::kNVFP4};
+// The formats whose rows the codec table gives integer codes (int8, int4, nvfp4).
+std::vector<KvFormat> int8_query_formats() {
+  std::vector<KvFormat> formats;
+  for (const auto& t : quant::kv_format_table())
+    if (t.supports_int8_query()) formats.push_back(t.format);
+  return formats;
+}
 
 // Row lengths and zero points each format takes (nvfp4: multiples of 64, no zero point).
 std::vector<std::int64_t> lengths(KvFormat f) {
-  if (f == KvFormat::kNVFP4) return {64, 128, 192};
+  const std::int64_t m = quant::kv_format_traits(f).int8_query_multiple;
+  if (m > 1) return {m, 2 * m, 3 * m};
   return {7, 16, 64, 100, 128, 200};
 }
 std::vector<float> zero_points(KvFormat f, float nonzero) {
-  if (f == KvFormat::kNVFP4) return {0.0f};
+  if (!quant::kv_format_traits(f).supports_zero_point) return {0.0f};
   return {0.0f, nonzero};
 }
 
@@ -97,7 +106,7 @@ TEST(Int8Query, QuantizesEachRowByItsAbsmax) {
 // other rows are unaffected, and nothing casts NaN to an integer (UBSan would flag it).
 TEST(Int8Query, NonFiniteQueryRowsGiveNanScores) {
   std::mt19937 rng(4);
-  for (KvFormat format : kFormats) {
+  for (KvFormat format : int8_query_formats()) {
     const IntRows r = make_rows(rng, format, 64, 0.0f);
     auto q = normal(rng, 3 * 64, 1.0f);
     q[5] = std::numeric_limits<float>::quiet_NaN();
@@ -110,24 +119,25 @@ TEST(Int8Query, NonFiniteQueryRowsGiveNanScores) {
     std::vector<float> s(static_cast<std::size_t>(3 * kLd));
     dot_rows_int8_query(r.codec, qq, r.bytes.data(), kRows, s.data(), kLd);
     for (std::int64_t j = 0; j < kRows; ++j) {
-      EXPECT_TRUE(std::isnan(s[static_cast<std::size_t>(j)])) << kv_format_name(format) << j;
-      EXPECT_TRUE(std::isnan(s[static_cast<std::size_t>(kLd + j)])) << kv_format_name(format) << j;
+      EXPECT_TRUE(std::isnan(s[static_cast<std::size_t>(j)])) << quant::kv_format_name(format) << j;
+      EXPECT_TRUE(std::isnan(s[static_cast<std::size_t>(kLd + j)]))
+          << quant::kv_format_name(format) << j;
       EXPECT_TRUE(std::isfinite(s[static_cast<std::size_t>(2 * kLd + j)]))
-          << kv_format_name(format) << j;
+          << quant::kv_format_name(format) << j;
     }
   }
 }
 
 TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
   std::mt19937 rng(5);
-  for (KvFormat format : kFormats) {
+  for (KvFormat format : int8_query_formats()) {
     for (std::int64_t n : lengths(format)) {
       for (float zp : zero_points(format, -3.0f)) {
         const IntRows r = make_rows(rng, format, n, zp);
         for (std::int64_t nq : {1, 2, 3, 4, 5, 9}) {
           SCOPED_TRACE(testing::Message()
-                       << kv_format_name(format) << " n=" << n << " zp=" << zp << " nq=" << nq
-                       << " fast=" << int8_query_dot_is_fast(r.codec));
+                       << quant::kv_format_name(format) << " n=" << n << " zp=" << zp
+                       << " nq=" << nq << " fast=" << int8_query_dot_is_fast(r.codec));
           const auto q = normal(rng, nq * n, 1.0f);
           Int8Query qq;
           quantize_query_int8(q.data(), nq, n, &qq);
@@ -146,9 +156,9 @@ TEST(Int8Query, FastPathEqualsScalarTwinBitForBit) {
 TEST(Int8Query, WithinTheQueryRoundingOfTheExactScores) {
   std::mt19937 rng(9);
   const std::int64_t n = 64, nq = 3;
-  for (KvFormat format : kFormats) {
+  for (KvFormat format : int8_query_formats()) {
     for (float zp : zero_points(format, 2.0f)) {
-      SCOPED_TRACE(testing::Message() << kv_format_name(format) << " zp=" << zp);
+      SCOPED_TRACE(testing::Message() << quant::kv_format_name(format) << " zp=" << zp);
       const IntRows r = make_rows(rng, format, n, zp);
       const auto q = normal(rng, nq * n, 1.0f);
       Int8Query qq;
@@ -186,12 +196,12 @@ TEST(Int8QueryDeathTest, RejectsOtherFormatsAndSizes) {
                "need int8 or int4 rows, or nvfp4 rows of a multiple of 64 values, not bf16 x 64");
   EXPECT_DEATH(dot_rows_int8_query({KvFormat::kNVFP4, 48}, qq, rows.data(), 1, s.data(), 1),
                "not nvfp4 x 48");
-  EXPECT_TRUE(int8_query_rows_supported(KvFormat::kNVFP4, 128));
-  EXPECT_FALSE(int8_query_rows_supported(KvFormat::kNVFP4, 48));
-  EXPECT_FALSE(int8_query_rows_supported(KvFormat::kFP8E4M3, 64));
+  EXPECT_TRUE(quant::kv_int8_query_supported(KvFormat::kNVFP4, 128));
+  EXPECT_FALSE(quant::kv_int8_query_supported(KvFormat::kNVFP4, 48));
+  EXPECT_FALSE(quant::kv_int8_query_supported(KvFormat::kFP8E4M3, 64));
   EXPECT_DEATH(dot_rows_int8_query({KvFormat::kINT8, 32}, qq, rows.data(), 1, s.data(), 1),
                "of 64 values against rows of 32");
 }
 
 }  // namespace
-}  // namespace kvq::quant
+}  // namespace kvq::kernels

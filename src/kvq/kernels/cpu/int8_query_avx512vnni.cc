@@ -1,6 +1,7 @@
-// AVX-512 VNNI scores for int8 K rows against an int8 query (int8_query.h). Compiled for
-// avx512f/bw/dq/vl + avx512vnni through a target pragma covering only this file's code; called
-// only after the runtime check in int8_query.cc.
+// AVX-512 VNNI scores for int8 / int4 / nvfp4 K rows against an int8 query (int8_query.h).
+// Compiled for avx512f/bw/dq/vl + avx512vnni through a target pragma covering only this file's
+// code; called only after the runtime check in int8_query.cc. The kernel is chosen by the
+// codec table's integer-code layout (quant::KvFormatTraits::int8_query_codes).
 //
 // vpdpbusd multiplies unsigned by signed bytes, so each int8 K code c (signed) is read as c + 128
 // (its sign bit flipped) and 128 · Σ query codes is taken off the integer sum afterwards; an int4
@@ -18,16 +19,16 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kvq/quant/formats_simd.h"
-#include "kvq/quant/int8_query.h"
+#include "kvq/kernels/cpu/int8_query.h"
+#include "kvq/quant/kv_row_layout.h"
 
 #pragma GCC push_options
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored \
-    "-Wmaybe-uninitialized"  // GCC 12's own intrinsics (see formats_avx512.cc)
+    "-Wmaybe-uninitialized"  // GCC 12's own intrinsics (see kv_rows_avx512.cc)
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 
-namespace kvq::quant::detail::avx512vnni {
+namespace kvq::kernels::avx512vnni {
 namespace {
 
 constexpr int kMaxQueries = 4;  // query heads kept in registers per pass over the rows
@@ -47,7 +48,7 @@ inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 
 // Lane r of the result: the sum of v[r]'s 16 lanes, for 16 vectors at once, int32 or float.
 // The pairings of one _mm512_reduce_add_ps per vector (lane i + i+8, then i + i+4, i + i+2,
-// i + i+1), two vectors combined per register (formats_avx512.cc's reduce_block).
+// i + i+1), two vectors combined per register (kv_rows_avx512.cc's reduce_block).
 template <typename V>
 V reduce_block(const V* v) {
   V t[8], u[4], z[2];
@@ -120,7 +121,7 @@ struct RowSums {
       return;
     }
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    // 2 KiB ahead, as the exact kernels do for 8-bit rows (formats_simd_body.inc: one thread's
+    // 2 KiB ahead, as the exact kernels do for 8-bit rows (kv_rows_simd_body.inc: one thread's
     // demand misses alone do not keep enough lines in flight).
     __builtin_prefetch(row + 2048, 0, 0);
     for (int k = 0; k < NQ; ++k) acc[k] = _mm512_setzero_si512();
@@ -216,10 +217,10 @@ void run_nvfp4(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const
                                              _mm256_and_si256(_mm256_srli_epi16(x, 4), low), 1);
       const __m512i w = _mm512_shuffle_epi8(lut, nib);
       const std::byte* s4 = block_scales + 4 * c;
-      const __m128 b4 = _mm_setr_ps(detail::kE4M3Table[static_cast<std::uint8_t>(s4[0])],
-                                    detail::kE4M3Table[static_cast<std::uint8_t>(s4[1])],
-                                    detail::kE4M3Table[static_cast<std::uint8_t>(s4[2])],
-                                    detail::kE4M3Table[static_cast<std::uint8_t>(s4[3])]);
+      const __m128 b4 = _mm_setr_ps(quant::detail::kE4M3Table[static_cast<std::uint8_t>(s4[0])],
+                                    quant::detail::kE4M3Table[static_cast<std::uint8_t>(s4[1])],
+                                    quant::detail::kE4M3Table[static_cast<std::uint8_t>(s4[2])],
+                                    quant::detail::kE4M3Table[static_cast<std::uint8_t>(s4[3])]);
       const __m512 bs = _mm512_permutexvar_ps(block_of_lane, _mm512_castps128_ps512(b4));
       for (int k = 0; k < NQ; ++k) {
         const __m512i lanes = _mm512_sub_epi32(
@@ -252,14 +253,15 @@ void run_nvfp4(const RowCodec& codec, const Int8Query& q, std::int64_t i0, const
 template <int NQ>
 void run_any_length(const RowCodec& codec, const Int8Query& q, std::int64_t i0,
                     const std::byte* rows, std::int64_t nt, float* scores, std::int64_t ld) {
-  if (codec.format == KvFormat::kNVFP4) {  // n is 64 or 128 (int8_query_dot_is_fast)
+  const quant::KvIntCodes codes = quant::kv_format_traits(codec.format).int8_query_codes;
+  if (codes == quant::KvIntCodes::kE2m1Nibbles) {  // n is 64 or 128 (int8_query_dot_is_fast)
     if (q.n == 64)
       run_nvfp4<NQ, 1>(codec, q, i0, rows, nt, scores, ld);
     else
       run_nvfp4<NQ, 2>(codec, q, i0, rows, nt, scores, ld);
     return;
   }
-  const bool int4 = codec.format == KvFormat::kINT4;
+  const bool int4 = codes == quant::KvIntCodes::kInt4;
   if (q.n == 64)
     int4 ? run<NQ, 1, true>(codec, q, i0, rows, nt, scores, ld)
          : run<NQ, 1, false>(codec, q, i0, rows, nt, scores, ld);
@@ -292,7 +294,7 @@ void dot_rows_int8_query(const RowCodec& codec, const Int8Query& q, const std::b
   }
 }
 
-}  // namespace kvq::quant::detail::avx512vnni
+}  // namespace kvq::kernels::avx512vnni
 
 #pragma GCC diagnostic pop
 #pragma GCC pop_options

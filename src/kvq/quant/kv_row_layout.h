@@ -1,0 +1,46 @@
+// Byte-level helpers of the packed row layouts (formats.h), shared by the scalar codecs in
+// formats.cc and the kernels that read packed rows (kvq/kernels/cpu): nibble order, the nvfp4
+// block-scale region, and the E4M3 decode table.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace kvq::quant::detail {
+
+// E4M3 code -> fp32 at compile time (the bit manipulation of the SIMD decoders: normals rebias
+// into the fp32 exponent, subnormals are m * 2^-9, S.1111.111 is NaN). e4m3_to_f32 uses ldexp,
+// too slow for one block scale per 16 values; the tests check this table against it.
+constexpr float e4m3_value(unsigned code) {
+  const unsigned em = code & 0x7fu, sign = (code & 0x80u) << 24;
+  if (em == 0x7fu) return std::bit_cast<float>(0x7fc00000u | sign);
+  if (em < 8u) {
+    const float v = static_cast<float>(em) / 512.0f;
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(((em << 20) + (120u << 23)) | sign);
+}
+inline constexpr std::array<float, 256> kE4M3Table = [] {
+  std::array<float, 256> t{};
+  for (unsigned c = 0; c < 256; ++c) t[c] = e4m3_value(c);
+  return t;
+}();
+
+inline constexpr std::int64_t kNvfp4Group = 16;  // values per nvfp4 block scale
+
+inline std::int64_t nvfp4_scales_offset(std::int64_t n) { return (n + 1) / 2; }
+
+// Code i of a nibble-packed row (int4, nvfp4): element 2k in the low nibble of byte k.
+inline std::uint8_t nibble(const std::byte* row, std::int64_t i) {
+  const auto b = static_cast<std::uint8_t>(row[i / 2]);
+  return (i & 1) ? static_cast<std::uint8_t>(b >> 4) : static_cast<std::uint8_t>(b & 0xf);
+}
+
+// The E4M3 block scale of element i of an nvfp4 row of n values.
+inline float nvfp4_block_scale(const std::byte* row, std::int64_t n, std::int64_t i) {
+  return kE4M3Table[static_cast<std::uint8_t>(row[nvfp4_scales_offset(n) + i / kNvfp4Group])];
+}
+
+}  // namespace kvq::quant::detail
