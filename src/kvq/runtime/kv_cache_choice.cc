@@ -112,8 +112,8 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
   }
   if (o.int8_query && !quant::kv_format_traits(o.format).supports_int8_query()) {
     fail<NotSupported>(
-        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to {} caches only",
-        o.text, format_names([](const quant::KvFormatTraits& t) { return t.supports_int8_query(); }));
+        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to {} caches only", o.text,
+        format_names([](const quant::KvFormatTraits& t) { return t.supports_int8_query(); }));
   }
   return o;
 }

@@ -10,8 +10,9 @@
 //                         quantizes; StatesView::quantized_by_cache); q fake quantization stays.
 //                         Plain model: f32.
 //   FORMAT[:tensor|head]  f32, bf16, f16 (unscaled: no granularity), fp8, int8, int4, nvfp4,
-//                         fp8_e5m2 (quant::kv_format_table; aliases: quant::parse_kv_format). Plain model: a packed cache with
-//                         DYNAMIC scales fixed by the first write (the prompt), one per kv head
+//                         fp8_e5m2 (quant::kv_format_table; aliases: quant::parse_kv_format). Plain
+//                         model: a packed cache with DYNAMIC scales fixed by the first write (the
+//                         prompt), one per kv head
 //                         (`:head`, the default) or per layer's K / V (`:tensor`), see
 //                         model/kv_cache.h. Quantized checkpoint: must name the checkpoint's
 //                         format (and strategy), and means `auto`; anything else is an error.
