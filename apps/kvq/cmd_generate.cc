@@ -1,8 +1,8 @@
 // kvq generate: text generation with the native engine (greedy or sampled), streamed to stdout.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "kvq/core/log.h"
 #include "kvq/eval/utf8_stream.h"
 #include "kvq/model/sampler.h"
+#include "kvq/runtime/generator.h"
 #include "kvq/runtime/kv_cache_choice.h"
 #include "kvq/runtime/model_source.h"
 
@@ -27,12 +28,6 @@ struct GenerateArgs {
   double temperature = 0.0, top_p = 1.0;
   std::uint64_t seed = 0;
 };
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void write_stdout(const std::string& s) {
   if (s.empty()) return;
@@ -59,7 +54,7 @@ model::SamplerConfig checked_sampler_config(const GenerateArgs& a) {
 }
 
 void run_generate(const GenerateArgs& a) {
-  model::Sampler sampler(checked_sampler_config(a));
+  model::Sampler{checked_sampler_config(a)};  // the sampling flags fail before loading
   const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
   const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
   runtime::ModelSource src =
@@ -104,40 +99,32 @@ void run_generate(const GenerateArgs& a) {
   }
   const std::vector<std::int64_t> stop = a.chat ? src.chat_stop_ids() : src.eos_ids();
 
-  model::KvCache cache = llm.make_cache(1, prompt_len + budget, kv);
-  const auto vocab = static_cast<std::size_t>(llm.config().vocab_size);
-  const auto t_prefill = Clock::now();
-  Tensor logits = llm.forward(ids, cache, model::LogitsMode::kLast);  // [1, vocab]
-  const double prefill_s = seconds_since(t_prefill);
-
+  runtime::GenerationRequest request;
+  request.prompt = ids;
+  request.max_new_tokens = budget;
+  request.stop_ids = stop;
+  request.sampling = checked_sampler_config(a);
   eval::Utf8Stream stream;
-  std::vector<std::int32_t> generated;
-  std::string out_text;
-  std::string stop_reason = "length";
-  std::int64_t decode_steps = 0;
-  const auto t_decode = Clock::now();
-  for (;;) {
-    const std::int32_t t =
-        sampler.sample(std::span<const float>(std::as_const(logits).f32(), vocab));
-    generated.push_back(t);
-    if (std::find(stop.begin(), stop.end(), t) != stop.end()) {
-      stop_reason = "eos";
-      break;
-    }
-    const std::string& piece = tokenizer.token_to_piece(t);
-    out_text += piece;
-    if (!a.json) write_stdout(stream.push(piece));
-    if (static_cast<std::int64_t>(generated.size()) == budget) break;
-    const std::int32_t next[1] = {t};
-    logits = llm.forward(next, cache, model::LogitsMode::kLast);
-    ++decode_steps;
-  }
-  const double decode_s = seconds_since(t_decode);
+  std::string out_text;  // the pieces of the new tokens, the stop token's excluded
+  runtime::Generation gen;
+  runtime::generate(
+      llm, std::span(&request, 1), {kv, 1},
+      [&](std::size_t, std::int32_t t) {
+        if (std::find(stop.begin(), stop.end(), t) != stop.end()) return;
+        const std::string& piece = tokenizer.token_to_piece(t);
+        out_text += piece;
+        if (!a.json) write_stdout(stream.push(piece));
+      },
+      [&](std::size_t, runtime::Generation g) { gen = std::move(g); });
   if (!a.json) write_stdout(stream.flush() + "\n");
+  const std::vector<std::int32_t>& generated = gen.tokens;
+  const std::string stop_reason(runtime::stop_reason_name(gen.stop));
+  const double prefill_s = gen.prefill_seconds, decode_s = gen.decode_seconds;
+  const std::int64_t decode_steps = gen.decode_steps;
 
   const double prefill_tps = prefill_s > 0 ? prompt_len / prefill_s : 0.0;
   const double decode_tps = decode_steps > 0 && decode_s > 0 ? decode_steps / decode_s : 0.0;
-  const std::int64_t kv_bytes = cache.bytes_per_token();
+  const std::int64_t kv_bytes = runtime::kv_bytes_per_token(llm, kv);
   if (a.json) {
     nlohmann::json j;
     j["model"] = a.model_dir;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -15,7 +16,7 @@
 #include "kvq/eval/py_random.h"
 #include "kvq/io/jsonl_journal.h"
 #include "kvq/model/causal_lm.h"
-#include "kvq/model/sampler.h"
+#include "kvq/runtime/generator.h"
 #include "kvq/tokenizer/tokenizer.h"
 
 namespace kvq::eval {
@@ -126,108 +127,43 @@ std::string gsm8k_prompt(const tok::ChatTemplate& chat_template,
 
 namespace {
 
-// One prompt in flight: its cache, the tokens generated so far, and lm-eval's stopping rules.
-struct InFlight {
-  std::size_t slot = 0;  // index into the prompts
-  std::int64_t prompt_tokens = 0;
-  model::KvCache cache;
-  std::vector<std::int32_t> generated;
-};
-
-class GreedyGenerator {
- public:
-  GreedyGenerator(model::CausalLM& model, const tok::Tokenizer& tokenizer,
-                  const Gsm8kOptions& options)
-      : model_(model), tokenizer_(tokenizer), options_(options) {
-    if (options.max_new_tokens < 1) {
-      fail<InvalidArgument>("gsm8k: max_new_tokens must be >= 1, got {}", options.max_new_tokens);
-    }
-    if (options.batch < 1)
-      fail<InvalidArgument>("gsm8k: batch must be >= 1, got {}", options.batch);
-    if (tokenizer.eos_id()) eos_.push_back(*tokenizer.eos_id());
-    if (auto im_end = tokenizer.token_id("<|im_end|>")) eos_.push_back(*im_end);
+// Greedy generation of `prompts` with lm-eval's stopping rules: an EOS id (the tokenizer's eos and
+// <|im_end|>), a stop string in the continuation decoded with special tokens kept, or
+// max_new_tokens; `done(i, generation)` as prompt i finishes (not in order). The sequences in
+// flight decode together (runtime/generator.h: bit-identical to one at a time up to 8).
+void generate_answers(model::CausalLM& model, const tok::Tokenizer& tokenizer,
+                      const std::vector<std::string>& prompts, const Gsm8kOptions& options,
+                      const std::function<void(std::size_t, Gsm8kGeneration)>& done) {
+  if (options.max_new_tokens < 1) {
+    fail<InvalidArgument>("gsm8k: max_new_tokens must be >= 1, got {}", options.max_new_tokens);
   }
-
-  // Generates every prompt, up to options.batch at a time: each prompt is prefilled alone, then
-  // the prompts in flight decode together, one token each per step (CausalLM::decode_step,
-  // bit-identical to decoding each alone). A finished prompt's slot goes to the next prompt.
-  // `done(i, generation)` is called as prompt i finishes (not in order).
-  void run(const std::vector<std::string>& prompts,
-           const std::function<void(std::size_t, Gsm8kGeneration)>& done) {
-    std::vector<InFlight> live;
-    std::size_t next = 0;
-    while (next < prompts.size() || !live.empty()) {
-      while (static_cast<std::int64_t>(live.size()) < options_.batch && next < prompts.size()) {
-        InFlight g = start(next, prompts[next]);
-        ++next;
-        if (g.generated.size() == 1 && stops(g)) {
-          done(g.slot, finish(g));
-        } else {
-          live.push_back(std::move(g));
-        }
-      }
-      if (live.empty()) continue;
-      std::vector<std::int32_t> tokens;
-      std::vector<model::KvCache*> caches;
-      for (InFlight& g : live) {
-        tokens.push_back(g.generated.back());
-        caches.push_back(&g.cache);
-      }
-      const Tensor logits = model_.decode_step(tokens, caches);  // [live, vocab]
-      const auto vocab = static_cast<std::size_t>(logits.shape().back());
-      std::vector<InFlight> still;
-      for (std::size_t i = 0; i < live.size(); ++i) {
-        InFlight& g = live[i];
-        g.generated.push_back(
-            greedy_.sample(std::span<const float>(logits.f32() + i * vocab, vocab)));
-        if (stops(g)) {
-          done(g.slot, finish(g));
-        } else {
-          still.push_back(std::move(g));
-        }
-      }
-      live = std::move(still);
-    }
+  if (options.batch < 1) fail<InvalidArgument>("gsm8k: batch must be >= 1, got {}", options.batch);
+  std::vector<std::int64_t> eos;
+  if (tokenizer.eos_id()) eos.push_back(*tokenizer.eos_id());
+  if (auto im_end = tokenizer.token_id("<|im_end|>")) eos.push_back(*im_end);
+  const auto stop_string = [&](std::span<const std::int32_t> generated) {
+    const std::string so_far = tokenizer.decode(generated, /*skip_special=*/false);
+    return std::any_of(options.until.begin(), options.until.end(), [&](const std::string& term) {
+      return !term.empty() && so_far.find(term) != std::string::npos;
+    });
+  };
+  std::vector<runtime::GenerationRequest> requests;
+  for (const std::string& prompt : prompts) {
+    runtime::GenerationRequest r;
+    r.prompt = tokenizer.encode(prompt, /*add_special_tokens=*/false);
+    r.max_new_tokens = options.max_new_tokens;
+    r.stop_ids = eos;
+    r.stop_after = stop_string;
+    requests.push_back(std::move(r));
   }
-
- private:
-  // Prefills the prompt in a fresh cache and picks the first token.
-  InFlight start(std::size_t slot, const std::string& prompt) {
-    const std::vector<std::int32_t> ids = tokenizer_.encode(prompt, /*add_special_tokens=*/false);
-    const auto capacity = static_cast<std::int64_t>(ids.size()) + options_.max_new_tokens;
-    InFlight g{slot,
-               static_cast<std::int64_t>(ids.size()),
-               model_.make_cache(1, capacity, options_.kv_cache),
-               {}};
-    const Tensor logits = model_.forward(ids, g.cache, model::LogitsMode::kLast);
-    const auto vocab = static_cast<std::size_t>(logits.shape().back());
-    g.generated.push_back(greedy_.sample(std::span<const float>(logits.f32(), vocab)));
-    return g;
-  }
-
-  // lm-eval's stopping rules after the last token: an EOS id, a stop string in the continuation
-  // decoded with special tokens kept, or max_new_tokens.
-  bool stops(const InFlight& g) const {
-    if (std::find(eos_.begin(), eos_.end(), g.generated.back()) != eos_.end()) return true;
-    if (static_cast<std::int64_t>(g.generated.size()) >= options_.max_new_tokens) return true;
-    const std::string so_far = tokenizer_.decode(g.generated, /*skip_special=*/false);
-    for (const std::string& term : options_.until) {
-      if (!term.empty() && so_far.find(term) != std::string::npos) return true;
-    }
-    return false;
-  }
-
-  Gsm8kGeneration finish(const InFlight& g) const {
-    return {cut_at_stops(tokenizer_.decode(g.generated, /*skip_special=*/true), options_.until),
-            g.prompt_tokens, static_cast<std::int64_t>(g.generated.size())};
-  }
-
-  model::CausalLM& model_;
-  const tok::Tokenizer& tokenizer_;
-  const Gsm8kOptions& options_;
-  std::vector<std::int32_t> eos_;
-  model::Sampler greedy_{model::SamplerConfig{}};  // temperature 0: argmax, lowest id on ties
-};
+  runtime::generate(
+      model, requests, {options.kv_cache, options.batch}, {},
+      [&](std::size_t i, runtime::Generation g) {
+        done(i, Gsm8kGeneration{
+                    cut_at_stops(tokenizer.decode(g.tokens, /*skip_special=*/true), options.until),
+                    g.prompt_tokens, static_cast<std::int64_t>(g.tokens.size())});
+      });
+}
 
 }  // namespace
 
@@ -235,9 +171,8 @@ std::vector<Gsm8kGeneration> gsm8k_generate(model::CausalLM& model, const tok::T
                                             const std::vector<std::string>& prompts,
                                             const Gsm8kOptions& options) {
   std::vector<Gsm8kGeneration> out(prompts.size());
-  GreedyGenerator(model, tokenizer, options).run(prompts, [&](std::size_t i, Gsm8kGeneration g) {
-    out[i] = std::move(g);
-  });
+  generate_answers(model, tokenizer, prompts, options,
+                   [&](std::size_t i, Gsm8kGeneration g) { out[i] = std::move(g); });
   return out;
 }
 
@@ -321,7 +256,7 @@ Gsm8kResult run_gsm8k(model::CausalLM& model, const tok::Tokenizer& tokenizer,
   ProgressBar bar("gsm8k", n, "q", !options.progress);
   bar.advance(n - static_cast<std::int64_t>(todo.size()));
   std::int64_t answered = 0, correct = 0;
-  GreedyGenerator(model, tokenizer, options).run(todo, [&](std::size_t t, Gsm8kGeneration g) {
+  generate_answers(model, tokenizer, todo, options, [&](std::size_t t, Gsm8kGeneration g) {
     const std::size_t i = todo_index[t];
     if (resume) resume->append(record_json(static_cast<std::int64_t>(i), hashes[i], g));
     correct += score_gsm8k(g.text, test[i].answer).flexible_correct ? 1 : 0;

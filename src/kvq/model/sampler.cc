@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "kvq/core/error.h"
-#include "kvq/model/causal_lm.h"
 
 namespace kvq::model {
 
@@ -56,29 +55,6 @@ std::int32_t Sampler::sample(std::span<const float> logits) {
     if (u < acc) return ids[static_cast<std::size_t>(i)];
   }
   return ids[static_cast<std::size_t>(keep - 1)];
-}
-
-std::vector<std::int32_t> generate(CausalLM& model, std::span<const std::int32_t> prompt,
-                                   std::int64_t max_new_tokens,
-                                   std::span<const std::int64_t> eos_ids, Sampler& sampler,
-                                   const TokenCallback& on_token) {
-  if (prompt.empty()) fail<InvalidArgument>("generate: empty prompt");
-  if (max_new_tokens < 0) fail<InvalidArgument>("generate: max_new_tokens must be >= 0");
-  std::vector<std::int32_t> out;
-  if (max_new_tokens == 0) return out;
-  KvCache cache = model.make_cache(1, static_cast<std::int64_t>(prompt.size()) + max_new_tokens);
-  Tensor logits = model.forward(prompt, cache, LogitsMode::kLast);
-  const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
-  for (std::int64_t step = 0; step < max_new_tokens; ++step) {
-    const std::int32_t tok = sampler.sample(std::span<const float>(logits.f32(), vocab));
-    out.push_back(tok);
-    const bool is_eos = std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end();
-    if (on_token && !on_token(tok)) break;
-    if (is_eos || step + 1 == max_new_tokens) break;
-    const std::int32_t next[1] = {tok};
-    logits = model.forward(next, cache, LogitsMode::kLast);
-  }
-  return out;
 }
 
 }  // namespace kvq::model

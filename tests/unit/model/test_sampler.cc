@@ -59,28 +59,5 @@ TEST(Sampler, BadParametersThrow) {
   EXPECT_THROW(s.sample({}), InvalidArgument);
 }
 
-TEST(Generate, GreedyMatchesTheTransformersGoldenTokens) {
-  auto model = CausalLM::load(tiny_dir("gqa"));
-  const io::SafetensorsFile golden =
-      io::SafetensorsFile::open(tiny_dir("gqa") / "golden.safetensors");
-  const std::vector<std::int32_t> prompt = ids_of(golden.tensor("prompt0.input_ids"));
-  const std::vector<std::int32_t> want = ids_of(golden.tensor("prompt0.decode_tokens"));
-  Sampler greedy;
-  std::vector<std::int32_t> streamed;
-  const std::vector<std::int32_t> got =
-      generate(*model, prompt, 8, {}, greedy, [&](std::int32_t t) {
-        streamed.push_back(t);
-        return true;
-      });
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(streamed, want);
-  // Stops after an EOS id (included), and when the callback says so.
-  const std::int64_t eos[1] = {want[2]};
-  EXPECT_EQ(generate(*model, prompt, 8, eos, greedy),
-            std::vector<std::int32_t>(want.begin(), want.begin() + 3));
-  EXPECT_EQ(generate(*model, prompt, 8, {}, greedy, [](std::int32_t) { return false; }).size(), 1u);
-  EXPECT_TRUE(generate(*model, prompt, 0, {}, greedy).empty());
-}
-
 }  // namespace
 }  // namespace kvq::model::test
