@@ -41,6 +41,7 @@ class QuantizationLifecycle {
   QuantizationLifecycle& operator=(const QuantizationLifecycle&) = delete;
 
   model::CausalLM& model() { return *model_; }
+  const model::CausalLM& model() const { return *model_; }
   const quant::QuantizationConfig& config() const { return config_; }
 
   // In named_modules order.

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <regex>
+#include <map>
 #include <set>
 
 #include "kvq/core/error.h"
@@ -12,6 +12,7 @@
 #include "kvq/io/atomic_write.h"
 #include "kvq/io/json_file.h"
 #include "kvq/io/safetensors.h"
+#include "kvq/model/architecture.h"
 #include "kvq/quant/recipe.h"
 
 namespace kvq::lifecycle {
@@ -27,12 +28,6 @@ const char* const kCopiedFiles[] = {"generation_config.json",
                                     "vocab.json",
                                     "merges.txt",
                                     "added_tokens.json"};
-
-// "<module>.{q,k,v}_{scale,zero_point}" — attention qparams (stale ones are dropped on save).
-bool is_attention_qparam_name(const std::string& name) {
-  static const std::regex re(R"(.*\.[qkv]_(scale|zero_point)$)");
-  return std::regex_match(name, re);
-}
 
 Tensor encode(const std::vector<float>& values, const Shape& shape, DType dtype) {
   Tensor t(dtype, shape);
@@ -162,8 +157,9 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
   const io::SafetensorsModel src = io::SafetensorsModel::open(source_model_dir);
   io::SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
+  const io::ModelConfig& model_config = lifecycle.model().config();
   for (const std::string& name : src.names()) {
-    if (is_attention_qparam_name(name)) continue;
+    if (model::is_attention_qparam(model_config, name)) continue;  // stale ones are replaced below
     writer.add(name, src.tensor(name));
   }
   for (const auto& s : lifecycle.states())
@@ -194,15 +190,17 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
 
 std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
                                                       const fs::path& model_dir) {
+  // The model holds what its directory gave it: config.json (raw) and the attention qparams, so
+  // nothing is read twice.
   const fs::path config_path = model_dir / "config.json";
-  const nlohmann::json raw = io::read_json_file(config_path);
+  const nlohmann::json& raw = model.config().raw;
   if (!raw.contains("quantization_config") && !raw.contains("compression_config"))
     fail<ConfigError>("{}: no quantization_config: not a quantized checkpoint",
                       config_path.string());
   const quant::QuantizationConfig config =
-      quant::parse_quantization_config(quant::Json::parse(raw.dump()), config_path.string());
+      quant::parse_quantization_config(quant::Json(raw), config_path.string());
   auto lc = apply_quantization_config(model, config);
-  const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
+  const std::map<std::string, Tensor>& st = model.attention_qparams();
 
   std::set<std::string> expected;
   for (const auto& s : lc->states())
@@ -214,7 +212,7 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
       if (!st.contains(name))
         fail<FormatError>("{}: tensor {} is missing (the quantization_config quantizes {} of {})",
                           model_dir.string(), name, std::string(1, base), s->name);
-      const Tensor t = st.tensor(name);
+      const Tensor& t = st.at(name);
       if (t.shape() != p->shape)
         fail<FormatError>("{}: tensor {} has shape {}, expected {} ({} strategy, {} heads)",
                           model_dir.string(), name, shape_str(t.shape()), shape_str(p->shape),
@@ -231,7 +229,7 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
       const std::string zp_name = p->zp_tensor_name(s->name);
       if (st.contains(zp_name)) {
         expected.insert(zp_name);
-        const Tensor z = st.tensor(zp_name);
+        const Tensor& z = st.at(zp_name);
         if (z.shape() != p->shape)
           fail<FormatError>("{}: tensor {} has shape {}, expected {}", model_dir.string(), zp_name,
                             shape_str(z.shape()), shape_str(p->shape));
@@ -243,9 +241,8 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
                             model_dir.string(), zp_name);
       }
     }
-  for (const std::string& name : st.names())
-    if (is_attention_qparam_name(name) && !expected.count(name) &&
-        name.find("_zero_point") == std::string::npos)
+  for (const auto& [name, t] : st)
+    if (!expected.count(name) && name.find("_zero_point") == std::string::npos)
       fail<FormatError>("{}: tensor {} is not quantized by the checkpoint's quantization_config",
                         model_dir.string(), name);
   lc->set_status(config.quantization_status);
@@ -256,7 +253,7 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
 QuantizedModel QuantizedModel::load(const fs::path& model_dir, const model::LoadOptions& options) {
   QuantizedModel out;
   out.model = model::CausalLM::load(model_dir, options);
-  const nlohmann::json raw = io::read_json_file(model_dir / "config.json");
+  const nlohmann::json& raw = out.model->config().raw;
   if (raw.contains("quantization_config") || raw.contains("compression_config"))
     out.lifecycle = load_quantized(*out.model, model_dir);
   return out;

@@ -58,23 +58,29 @@ bool is_quantized_linear_tensor(std::string_view name) {
   return false;
 }
 
-// <attn>.{q,k,v}_{scale,zero_point,global_scale} of a layer's attention module: the parameters
-// lifecycle::load_quantized reads.
-bool is_attention_qparam(std::string_view name, const std::set<std::string>& attention_modules) {
-  const std::size_t dot = name.rfind('.');
-  if (dot == std::string_view::npos) return false;
-  const std::string_view leaf = name.substr(dot + 1);
-  if (leaf.size() < 3 || (leaf[0] != 'q' && leaf[0] != 'k' && leaf[0] != 'v') || leaf[1] != '_') {
-    return false;
-  }
-  const std::string_view kind = leaf.substr(2);
-  if (kind != "scale" && kind != "zero_point" && kind != "global_scale") return false;
-  return attention_modules.contains(std::string(name.substr(0, dot)));
-}
-
 }  // namespace
 
 std::span<const Architecture> architectures() { return table(); }
+
+bool is_attention_qparam(const io::ModelConfig& c, std::string_view name) {
+  constexpr std::string_view kLayers = "model.layers.", kAttn = ".self_attn.";
+  if (!name.starts_with(kLayers)) return false;
+  name.remove_prefix(kLayers.size());
+  std::int64_t layer = 0;
+  std::size_t digits = 0;
+  while (digits < name.size() && digits < 10 && name[digits] >= '0' && name[digits] <= '9') {
+    layer = layer * 10 + (name[digits++] - '0');
+  }
+  if (digits == 0 || layer >= c.num_hidden_layers) return false;
+  name.remove_prefix(digits);
+  if (!name.starts_with(kAttn)) return false;
+  name.remove_prefix(kAttn.size());
+  if (name.size() < 3 || (name[0] != 'q' && name[0] != 'k' && name[0] != 'v') || name[1] != '_') {
+    return false;
+  }
+  const std::string_view kind = name.substr(2);
+  return kind == "scale" || kind == "zero_point" || kind == "global_scale";
+}
 
 const Architecture& find_architecture(const io::ModelConfig& c, std::string_view source) {
   const Architecture* found = nullptr;
@@ -170,13 +176,9 @@ void check_checkpoint_tensors(const Architecture& arch, const io::ModelConfig& c
     fail<ConfigError>("{}: the weights lack tensors the config requires: {}", source,
                       name_list(missing));
   }
-  std::set<std::string> attention;
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    attention.insert(fmt::format("model.layers.{}.self_attn", i));
-  }
   std::vector<std::string> unknown;
   for (const auto& [name, shape] : tensors) {
-    if (known.contains(name) || is_attention_qparam(name, attention)) continue;
+    if (known.contains(name) || is_attention_qparam(c, name)) continue;
     if (name == "lm_head.weight" || name.ends_with("rotary_emb.inv_freq")) continue;
     unknown.push_back(name);
   }

@@ -51,6 +51,11 @@ struct TensorSpec {
 // The tensors of `config` under `arch`, in module order (lm_head.weight omitted when tied).
 std::vector<TensorSpec> expected_tensors(const Architecture& arch, const io::ModelConfig& config);
 
+// Whether `name` is a quantization parameter of a layer's attention module as compressed-tensors
+// saves it: "model.layers.<l>.self_attn.{q,k,v}_{scale,zero_point,global_scale}" with l <
+// num_hidden_layers (read by lifecycle::load_quantized). Linear in the name's length.
+bool is_attention_qparam(const io::ModelConfig& config, std::string_view name);
+
 // Checks the names and shapes of a checkpoint's tensors against expected_tensors:
 //  - ConfigError naming `source` and the tensor when one is missing or has another shape than
 //    the config implies, or when the weights have layers past num_hidden_layers;

@@ -159,6 +159,9 @@ void CausalLM::build(const io::ModelConfig& config, const std::map<std::string, 
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : weights) shapes.emplace(name, t.shape());
   check_checkpoint_tensors(*arch_, config, shapes, source);
+  for (const auto& [name, t] : weights) {
+    if (is_attention_qparam(config, name)) attention_qparams_.emplace(name, t.clone());
+  }
   config_ = config;
   weight_dtype_ = options.weights;
   const bool bf16 = options.weights == DType::kBF16;

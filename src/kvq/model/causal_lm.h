@@ -74,6 +74,10 @@ class CausalLM {
   const io::ModelConfig& config() const { return config_; }
   // The architecture row the model was built from (config.json's architectures).
   const Architecture& architecture() const { return *arch_; }
+  // The checkpoint's attention quantization parameters (is_attention_qparam), as stored, by
+  // name; lifecycle::load_quantized restores a quantized checkpoint from them. Empty for a plain
+  // model.
+  const std::map<std::string, Tensor>& attention_qparams() const { return attention_qparams_; }
   // kF32 or kBF16: the dtype of the Linear weights and the embedding table (LoadOptions).
   DType weight_dtype() const { return weight_dtype_; }
 
@@ -134,6 +138,7 @@ class CausalLM {
 
   io::ModelConfig config_;
   const Architecture* arch_ = nullptr;
+  std::map<std::string, Tensor> attention_qparams_;  // small copies: the mmap may go
   DType weight_dtype_ = DType::kF32;
   std::vector<float> inv_freq_;
   std::unique_ptr<Module> root_;

@@ -152,6 +152,25 @@ TEST(Architecture, TensorTableRefusesContradictionsUnknownsAndQuantizedWeights) 
       << e;
 }
 
+TEST(Architecture, AttentionQparamNames) {
+  const io::ModelConfig c = small_config();  // 2 layers
+  for (const char* yes :
+       {"model.layers.0.self_attn.k_scale", "model.layers.1.self_attn.v_zero_point",
+        "model.layers.1.self_attn.q_scale", "model.layers.0.self_attn.k_global_scale"}) {
+    EXPECT_TRUE(is_attention_qparam(c, yes)) << yes;
+  }
+  for (const char* no :
+       {"model.layers.2.self_attn.k_scale", "model.layers.0.mlp.k_scale",
+        "model.layers.0.self_attn.o_scale", "model.layers..self_attn.k_scale",
+        "model.layers.0.self_attn.k_proj.weight_scale", "model.layers.0.self_attn.k_scales",
+        "layers.0.self_attn.k_scale", "model.layers.0.self_attn.k_"}) {
+    EXPECT_FALSE(is_attention_qparam(c, no)) << no;
+  }
+  // A 40,000-digit layer number is rejected in linear time, not by a backtracking regex.
+  EXPECT_FALSE(
+      is_attention_qparam(c, "model.layers." + std::string(40000, '9') + ".self_attn.k_scale"));
+}
+
 // Through the loader: the tiny Llama plus a bias it has no place for fails to load.
 TEST(Architecture, FromWeightsRefusesTensorsItCannotRun) {
   const auto dir = test::tiny_dir("gqa");
