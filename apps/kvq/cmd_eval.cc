@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "kvq/core/error.h"
 #include "kvq/eval/compare.h"
+#include "kvq/io/read_file.h"
 #include "kvq/model/causal_lm.h"
 #include "kvq/runtime/model_source.h"
 
@@ -67,7 +68,7 @@ void run_eval(EvalArgs a) {
     def.from_checkpoint = true;
   } else {
     def.name = std::filesystem::path(a.recipe).stem().string();
-    def.recipe = runtime::read_file_bytes(a.recipe);
+    def.recipe = io::read_file(a.recipe, "recipe");
   }
   eval::Evaluator ev(o);
   const eval::SchemeReport base = ev.baseline();

@@ -11,6 +11,7 @@
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/perplexity.h"
+#include "kvq/io/read_file.h"
 #include "kvq/runtime/kv_cache_choice.h"
 #include "kvq/runtime/model_source.h"
 
@@ -41,7 +42,7 @@ void run_perplexity(const PerplexityArgs& a) {
     fail<InvalidArgument>("--decode-from runs one window at a time; drop --batch {}", opt.batch);
   }
 
-  const std::string text = runtime::read_file_bytes(a.text_file);
+  const std::string text = io::read_file(a.text_file, "text");
   runtime::ModelSource src =
       runtime::open_model_source(a.model_dir, /*with_quantization=*/true, load);
   const model::KvCacheConfig kv =

@@ -22,6 +22,7 @@
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/stats.h"
 #include "kvq/io/atomic_write.h"
+#include "kvq/io/read_file.h"
 #include "kvq/lifecycle/apply.h"
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/lifecycle/checkpoint.h"
@@ -49,7 +50,7 @@ std::optional<Json> read_json(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(p, ec)) return std::nullopt;
   try {
-    return Json::parse(runtime::read_file_bytes(p));
+    return Json::parse(io::read_file(p));
   } catch (const std::exception& e) {
     log::warn("ignoring unreadable cache file {}: {}", p.string(), e.what());
     return std::nullopt;
@@ -220,7 +221,7 @@ Evaluator::Evaluator(EvalOptions options)
     model_hash_ = hash_str(fmt::format("{}|weights={}", hex(model_hash_), dtype_name(o.weights)));
   if (o.ppl_kld) {
     const auto t0 = std::chrono::steady_clock::now();
-    impl_->tokens = impl_->src.tokenizer->encode(runtime::read_file_bytes(wiki), false);
+    impl_->tokens = impl_->src.tokenizer->encode(io::read_file(wiki), false);
     log::info("WikiText-2: {} tokens ({:.1f} s to tokenize)", impl_->tokens.size(),
               seconds_since(t0));
   }

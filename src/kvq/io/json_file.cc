@@ -1,11 +1,7 @@
 #include "kvq/io/json_file.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include "kvq/core/error.h"
+#include "kvq/io/read_file.h"
 
 namespace kvq::io {
 
@@ -38,12 +34,7 @@ nlohmann::json parse_json(std::string_view text, std::string_view source_name) {
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<IoError>("{}: cannot open: {}", path.string(), std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail<IoError>("{}: read failed", path.string());
-  return parse_json(buffer.str(), path.string());
+  return parse_json(read_file(path), path.string());
 }
 
 std::string dump_json(const nlohmann::json& j, int indent) {

@@ -8,17 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "kvq/core/error.h"
+#include "kvq/io/read_file.h"
 
 namespace kvq::lifecycle {
 namespace {
-
-std::string read_all(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<IoError>("{}: cannot open the calibration dataset", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool looks_like_jsonl(const std::string& text) {
   for (char c : text) {
@@ -43,7 +36,7 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
                           options.num_samples);
   if (options.max_seq_length <= 0)
     fail<InvalidArgument>("--max-seq-length must be positive (got {})", options.max_seq_length);
-  const std::string text = read_all(path);
+  const std::string text = io::read_file(path, "the calibration dataset");
   DatasetFormat format = options.format;
   const std::string ext = path.extension().string();
   if (format == DatasetFormat::kAuto)

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "kvq/core/error.h"
+#include "kvq/io/read_file.h"
 #include "kvq/quant/json_util.h"
 
 namespace kvq::quant {
@@ -271,18 +272,8 @@ QuantizationConfig resolve_recipe(const Json& root, std::string_view source_name
   return *result;
 }
 
-namespace {
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<IoError>("{}: cannot open file", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
-
 QuantizationConfig load_recipe(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
+  const std::string text = io::read_file(path, "recipe");
   const std::string ext = path.extension().string();
   if (ext == ".json") {
     try {

@@ -1,9 +1,6 @@
 #include "kvq/runtime/model_source.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include "kvq/core/error.h"
 #include "kvq/lifecycle/checkpoint.h"
@@ -51,15 +48,6 @@ ModelSource open_model_source(const std::filesystem::path& model_dir, bool with_
   src.tokenizer.emplace(tok::Tokenizer::from_dir(model_dir));
   src.generation = io::load_generation_config(model_dir);
   return src;
-}
-
-std::string read_file_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<IoError>("{}: cannot open for reading", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail<IoError>("{}: read failed", path.string());
-  return ss.str();
 }
 
 }  // namespace kvq::runtime

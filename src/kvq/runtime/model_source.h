@@ -44,7 +44,4 @@ ModelSource open_model_source(const std::filesystem::path& model_dir,
                               bool with_quantization = false,
                               const model::LoadOptions& options = {});
 
-// The whole file as bytes (no newline conversion). IoError naming the path.
-std::string read_file_bytes(const std::filesystem::path& path);
-
 }  // namespace kvq::runtime

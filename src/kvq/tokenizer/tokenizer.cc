@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kvq/core/error.h"
+#include "kvq/io/read_file.h"
 #include "kvq/tokenizer/bpe.h"
 #include "kvq/tokenizer/byte_level.h"
 #include "kvq/tokenizer/pre_tokenizer.h"
@@ -16,17 +17,8 @@ namespace {
 
 using nlohmann::json;
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<IoError>("{}: cannot open for reading", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail<IoError>("{}: read failed", path.string());
-  return std::move(ss).str();
-}
-
 json parse_json(const std::filesystem::path& path) {
-  std::string text = read_file(path);
+  std::string text = io::read_file(path);
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -296,7 +288,7 @@ void Tokenizer::load_config(const std::filesystem::path& dir) {
     }
   }
   const auto jinja_path = dir / "chat_template.jinja";
-  if (std::filesystem::exists(jinja_path)) chat_template_text_ = read_file(jinja_path);
+  if (std::filesystem::exists(jinja_path)) chat_template_text_ = io::read_file(jinja_path);
   chat_template_ = ChatTemplate(chat_template_text_);
 }
 
