@@ -12,13 +12,14 @@
 #include "kvq/eval/compare.h"
 #include "kvq/io/read_file.h"
 #include "kvq/model/causal_lm.h"
+#include "kvq/runtime/kv_cache_choice.h"
 #include "kvq/runtime/model_source.h"
 
 namespace kvq::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model, recipe, task = "wikitext2", data = "../shared/data", cache;
+  std::string model, recipe, task = "wikitext2", data = "../shared/data", cache, kv_cache = "auto";
   std::int64_t limit = 0;
   bool json = false;
   eval::EvalOptions eval;
@@ -60,8 +61,13 @@ void run_eval(EvalArgs a) {
   o.ppl_kld = a.task != "gsm8k";
   o.gsm8k_limit = a.task == "gsm8k" ? (a.limit > 0 ? a.limit : 1319) : 0;
   o.decode_steps = 0;
+  runtime::parse_kv_cache_option(a.kv_cache);  // a typo fails before loading
   eval::SchemeDef def;
-  if (a.recipe.empty()) {
+  def.kv_cache = a.kv_cache;
+  if (a.recipe.empty() && a.kv_cache != "auto") {
+    // A KV format with dynamic scales on the plain model: nothing to calibrate.
+    def.name = a.kv_cache;
+  } else if (a.recipe.empty()) {
     // The model directory must be a quantized checkpoint (load_quantized: ConfigError when
     // config.json has no quantization_config). Baseline: the same weights, quantization off.
     def.name = std::filesystem::path(a.model).filename().string();
@@ -98,6 +104,11 @@ void register_eval(CLI::App& app) {
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--recipe", a->recipe, "llm-compressor recipe (calibrated on GSM8K train)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--kv-cache", a->kv_cache,
+                  "The scheme's KV cache: auto (the recipe's or the checkpoint's packed cache with "
+                  "its calibrated scales), or without --recipe FORMAT[:tensor|head] with dynamic "
+                  "scales on the plain model (e.g. int8:head, nvfp4, fp8_e5m2)")
+      ->capture_default_str();
   cmd->add_option("--task", a->task, "wikitext2 | kld | gsm8k")->capture_default_str();
   cmd->add_option("--ctx", a->eval.ctx, "Window length")->capture_default_str();
   cmd->add_option("--max-windows", a->eval.max_windows, "Windows (0: all)")->capture_default_str();

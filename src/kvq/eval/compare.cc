@@ -77,29 +77,26 @@ std::vector<double> window_sums(std::span<const double> values,
 }  // namespace
 
 const std::vector<SchemeDef>& builtin_schemes() {
-  using F = quant::KvFormat;
   // The recipes are examples/recipes/*.yaml, compiled in (builtin_recipes.h): what compare runs
   // is what a user copies.
   const auto r = [](std::string_view file) { return std::string(builtin_recipe(file)); };
   static const std::vector<SchemeDef> table = {
-      {"baseline", "unquantized (fp32 KV cache)", "", F::kF32},
-      {"KV-FP8-Tensor", "FP8 E4M3 K/V, one scale per tensor", r("kv_fp8_tensor.yaml"), F::kFP8E4M3},
-      {"KV-FP8-Head", "FP8 E4M3 K/V, one scale per KV head", r("kv_fp8_head.yaml"), F::kFP8E4M3},
-      {"QKV-FP8-Tensor", "FP8 E4M3 Q/K/V (attention group), per tensor", r("qkv_fp8_tensor.yaml"),
-       F::kFP8E4M3},
-      {"QKV-FP8-Head", "FP8 E4M3 Q/K/V (attention group), per head", r("qkv_fp8_head.yaml"),
-       F::kFP8E4M3},
-      {"KV-INT8-Head", "INT8 symmetric K/V, per KV head", r("kv_int8_head.yaml"), F::kINT8},
-      {"KV-INT4-Head", "INT4 symmetric K/V, per KV head", r("kv_int4_head.yaml"), F::kINT4},
+      {"baseline", "unquantized (fp32 KV cache)", ""},
+      {"KV-FP8-Tensor", "FP8 E4M3 K/V, one scale per tensor", r("kv_fp8_tensor.yaml")},
+      {"KV-FP8-Head", "FP8 E4M3 K/V, one scale per KV head", r("kv_fp8_head.yaml")},
+      {"QKV-FP8-Tensor", "FP8 E4M3 Q/K/V (attention group), per tensor", r("qkv_fp8_tensor.yaml")},
+      {"QKV-FP8-Head", "FP8 E4M3 Q/K/V (attention group), per head", r("qkv_fp8_head.yaml")},
+      {"KV-INT8-Head", "INT8 symmetric K/V, per KV head", r("kv_int8_head.yaml")},
+      {"KV-INT4-Head", "INT4 symmetric K/V, per KV head", r("kv_int4_head.yaml")},
       // No recipe: the packed cache quantizes K/V itself with dynamic per-head global scales
       // (vLLM-style, see model/kv_cache.h) and nothing is calibrated.
       {"KV-NVFP4", "NVFP4 K/V packed cache (E2M1, 16-value E4M3 block scales, dynamic global)", "",
-       F::kNVFP4},
+       "nvfp4:head"},
       // kv_nvfp4.yaml: compressed-tensors' FP4 per-head kv scheme, packed as NVFP4 under the
       // calibrated global scale 448 / k_scale. Not in the default list (run it by name).
       {"KV-NVFP4-Calibrated",
        "NVFP4 K/V packed cache, global scale per KV head calibrated (kv_nvfp4.yaml)",
-       r("kv_nvfp4.yaml"), F::kNVFP4, false, false},
+       r("kv_nvfp4.yaml"), "auto", false, false},
   };
   return table;
 }
@@ -231,12 +228,16 @@ Evaluator::~Evaluator() = default;
 
 namespace {
 
+// The scheme's KV cache in cache keys: its --kv-cache text (a recipe's own format is in the
+// recipe, a checkpoint's in the model hash).
+const std::string& kv_key(const SchemeDef& scheme) { return scheme.kv_cache; }
+
 std::string options_key(std::uint64_t model_hash, const EvalOptions& o, const SchemeDef& scheme) {
   const std::string s =
       fmt::format("{}|{}|{}|ppl{}|ctx{}|w{}|k{}|g{}:{}|c{}:{}:{}|d{}:{}", hex(model_hash),
-                  quant::kv_format_name(scheme.kv_format), scheme.recipe, o.ppl_kld, o.ctx,
-                  o.max_windows, o.top_k, o.gsm8k_limit, o.gsm8k_max_new_tokens, o.calib_samples,
-                  o.calib_seq_len, o.calib_seed, o.decode_context, o.decode_steps);
+                  kv_key(scheme), scheme.recipe, o.ppl_kld, o.ctx, o.max_windows, o.top_k,
+                  o.gsm8k_limit, o.gsm8k_max_new_tokens, o.calib_samples, o.calib_seq_len,
+                  o.calib_seed, o.decode_context, o.decode_steps);
   return hex(hash_str(s));
 }
 
@@ -257,9 +258,9 @@ std::string Evaluator::ppl_key(const SchemeDef& scheme) const {
 
 std::string Evaluator::gsm8k_key(const SchemeDef& scheme) const {
   const auto& o = options_;
-  return hex(hash_str(fmt::format(
-      "{}|{}|{}|n{}|c{}:{}:{}", hex(model_hash_), quant::kv_format_name(scheme.kv_format),
-      scheme.recipe, o.gsm8k_max_new_tokens, o.calib_samples, o.calib_seq_len, o.calib_seed)));
+  return hex(hash_str(fmt::format("{}|{}|{}|n{}|c{}:{}:{}", hex(model_hash_), kv_key(scheme),
+                                  scheme.recipe, o.gsm8k_max_new_tokens, o.calib_samples,
+                                  o.calib_seq_len, o.calib_seed)));
 }
 
 std::filesystem::path Evaluator::cache_file(std::string_view part, const SchemeDef& scheme,
@@ -430,9 +431,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   // The cache the user would run: a calibrated scheme's packed cache with its scales (its k/v
   // fake-quant hooks stand aside for it), else the scheme's format with dynamic scales. A scheme
   // whose k/v cannot be packed (partially quantized) runs its fake quantization, with a warning.
-  const model::KvCacheConfig kv =
-      calibrated ? runtime::resolve_kv_cache(runtime::KvCacheOption{}, lc.get(), def.name)
-                 : model::KvCacheConfig::dynamic(def.kv_format);
+  const model::KvCacheConfig kv = runtime::resolve_kv_cache(def.kv_cache, lc.get(), def.name);
   quant::KvFormat stored = kv.format;  // what a value costs in the cache the scheme stands for
   if (kv.fake_quant) {
     try {

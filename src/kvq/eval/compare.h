@@ -38,9 +38,12 @@ struct SchemeDef {
   std::string name;         // "KV-FP8-Head"
   std::string description;  // one line for --help
   std::string recipe;       // llm-compressor recipe YAML; empty for the baseline
-  quant::KvFormat kv_format = quant::KvFormat::kF32;
+  // The `--kv-cache` the scheme runs with (runtime::resolve_kv_cache): "auto" — a recipe's or a
+  // checkpoint's packed cache with its calibrated scales, f32 for the baseline — or, for a scheme
+  // without a recipe, a FORMAT[:tensor|head] with dynamic scales ("nvfp4:head").
+  std::string kv_cache = "auto";
   // The model directory is a quantized checkpoint: its stored scales are used (no recipe, no
-  // calibration; kv_format derived from the checkpoint's k/v args).
+  // calibration; the KV format is the checkpoint's).
   bool from_checkpoint = false;
   // Run when --schemes is not given.
   bool in_default = true;

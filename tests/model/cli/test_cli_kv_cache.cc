@@ -238,3 +238,52 @@ TEST_F(CliKvCache, BenchRunsEveryFormat) {
 
 }  // namespace
 }  // namespace kvq::test
+
+namespace kvq::test {
+namespace {
+
+// `kvq eval --kv-cache FORMAT` evaluates a dynamic-scale scheme on the plain model (nothing to
+// calibrate), labelled with its real format; an fp4 recipe runs real NVFP4 (it used to be measured
+// as plain FP4 and labelled "f32, 32 bits").
+TEST(CliEval, KvCacheFormatsAndTheFp4RecipeRunTheirPackedCache) {
+  KVQ_REQUIRE_DEFAULT_MODEL();
+  TempDir tmp;
+  const auto eval = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"-q",
+                                     "eval",
+                                     "--model",
+                                     default_model_dir().string(),
+                                     "--task",
+                                     "kld",
+                                     "--ctx",
+                                     "256",
+                                     "--max-windows",
+                                     "1",
+                                     "--calib-samples",
+                                     "4",
+                                     "--data",
+                                     shared_data_dir().string(),
+                                     "--cache",
+                                     (tmp / "cache").string(),
+                                     "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliResult r = run_kvq(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["scheme"];
+  };
+  const auto int8 = eval({"--kv-cache", "int8:head"});
+  EXPECT_EQ(int8["kv_format"], "int8");
+  EXPECT_EQ(int8["kv_bits_per_value"].get<double>(), 8.0);
+  EXPECT_GT(int8["kld"]["mean"].get<double>(), 0.0);
+  const auto nvfp4 = eval({"--recipe", (source_dir() / "examples/recipes/kv_nvfp4.yaml").string()});
+  EXPECT_EQ(nvfp4["kv_format"], "nvfp4");
+  EXPECT_EQ(nvfp4["kv_bits_per_value"].get<double>(), 4.5);
+  EXPECT_LT(nvfp4["kld"]["mean"].get<double>(), 0.2);  // plain FP4 per head: ~0.27 (2 windows)
+  const CliResult bad = run_kvq({"eval", "--model", default_model_dir().string(), "--kv-cache",
+                                 "int3", "--data", shared_data_dir().string()});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("unknown KV cache format 'int3'"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace kvq::test
