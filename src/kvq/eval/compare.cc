@@ -179,6 +179,28 @@ void compare_to_baseline(SchemeReport& row, const SchemeReport& base,
 
 namespace {
 
+// The WikiText-2 fields of the baseline's row from its own top-K cache: PPL from the cached NLLs
+// (summed per window in token order, as a pass sums them), KLD 0 and top-1 1 exactly (the same
+// model: the distributions are identical, so the bounds are 0 too).
+void baseline_from_cache(const LogitsCache& cache, SchemeReport& r) {
+  r.has_ppl = r.has_kld = true;
+  r.window_scored = cache.header().window_scored;
+  r.window_nll_sum.clear();
+  std::int64_t t = 0;
+  for (std::int64_t n : r.window_scored) {
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) sum += cache.token(t++).nll;
+    r.window_nll_sum.push_back(sum);
+  }
+  r.ppl_windows = static_cast<std::int64_t>(r.window_scored.size());
+  r.ppl_tokens = cache.tokens();
+  const PerplexityCi ci = perplexity_ci(r.window_nll_sum, r.window_scored);
+  r.ppl = ci.ppl, r.ppl_lo = ci.lo, r.ppl_hi = ci.hi;
+  r.kld_exact = false;
+  r.kld = r.kld_se = r.kld_upper = 0.0;
+  r.top1 = 1.0, r.top1_se = 0.0;
+}
+
 // The WikiText-2 fields of a row (PPL, KLD, top-1 and the KLD test against the baseline).
 void copy_ppl_kld(const SchemeReport& from, SchemeReport& to) {
   to.has_ppl = from.has_ppl, to.has_kld = from.has_kld;
@@ -451,6 +473,13 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
     if (auto j = part.empty() ? std::nullopt : read_json(part)) {
       copy_ppl_kld(scheme_report_from_json(*j), r);
       log::info("{}: reusing PPL / KLD {}", def.name, part.string());
+    } else if (is_base) {
+      // The baseline against itself: its row comes from the top-K cache built from it (the
+      // cached NLLs are the float64 values a pass computes), not from a second pass.
+      if (!impl_->base_logits)
+        impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
+      baseline_from_cache(*impl_->base_logits, r);
+      if (!part.empty()) write_json(part, to_json(r));
     } else {
       if (!impl_->base_logits)
         impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);

@@ -164,7 +164,8 @@ TokenKl token_kl_full(std::span<const float> base_logits, std::span<const float>
 }
 
 void topk_summary(std::span<const float> logits, std::int32_t target, std::int64_t k,
-                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest, float& nll) {
+                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest,
+                  double& nll) {
   check_vocab(logits, target);
   KVQ_CHECK(k >= 1 && static_cast<std::size_t>(k) <= logits.size() &&
                 ids.size() == static_cast<std::size_t>(k) && logp.size() == ids.size(),
@@ -188,7 +189,7 @@ void topk_summary(std::span<const float> logits, std::int32_t target, std::int64
   std::vector<std::int32_t> sorted(order.begin(), order.begin() + k);
   std::sort(sorted.begin(), sorted.end());
   log_rest = static_cast<float>(tail_log_mass(exps, s, sorted));
-  nll = static_cast<float>(s.lse - logits[static_cast<std::size_t>(target)]);
+  nll = s.lse - logits[static_cast<std::size_t>(target)];
 }
 
 TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
@@ -240,7 +241,7 @@ TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
   }
   t.kl = head + tail_lower;
   t.kl_upper = head + tail_upper;
-  t.base_nll = static_cast<double>(base.nll);
+  t.base_nll = base.nll;
   t.quant_nll = q.lse - quant_logits[static_cast<std::size_t>(target)];
   t.top1_match = base.ids[0] == q.argmax;
   return t;
@@ -284,7 +285,8 @@ KldResult kld_side_by_side(model::CausalLM& base, model::CausalLM& quant,
         rows_out[u] = token_kl_full(pb, pq, target);
         std::vector<std::int32_t> ids(static_cast<std::size_t>(k));
         std::vector<float> logp(static_cast<std::size_t>(k));
-        float log_rest = 0.0f, nll = 0.0f;
+        float log_rest = 0.0f;
+        double nll = 0.0;
         topk_summary(pb, target, k, ids, logp, log_rest, nll);
         rows_topk[u] = token_kl_topk({nll, log_rest, ids, logp}, pq, target).kl;
       }
@@ -337,7 +339,8 @@ LogitsCache build_logits_cache(model::CausalLM& base, std::span<const std::int32
   const auto chunk = static_cast<std::size_t>(options.logits_chunk);
   std::vector<float> logits(chunk * static_cast<std::size_t>(vocab));  // [chunk, vocab]
   std::vector<std::int32_t> ids(chunk * static_cast<std::size_t>(k));
-  std::vector<float> logp(ids.size()), rest(chunk), nll(chunk);
+  std::vector<float> logp(ids.size()), rest(chunk);
+  std::vector<double> nll(chunk);
   for (std::size_t wi = writer ? static_cast<std::size_t>(writer->windows_done()) : 0;
        wi < windows.size(); ++wi) {
     const auto& w = windows[wi];

@@ -98,7 +98,7 @@ TokenKl token_kl_full(std::span<const float> base_logits, std::span<const float>
 // The cache record of a baseline distribution: top-k ids / log-probs, tail log-mass, target NLL.
 // ids, logp: [k].
 void topk_summary(std::span<const float> logits, std::int32_t target, std::int64_t k,
-                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest, float& nll);
+                  std::span<std::int32_t> ids, std::span<float> logp, float& log_rest, double& nll);
 // A cached baseline against a full quantized distribution: kl = KL_K, kl_upper = KL_upper.
 TokenKl token_kl_topk(const TopKView& base, std::span<const float> quant_logits,
                       std::int32_t target);

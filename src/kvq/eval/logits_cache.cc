@@ -29,7 +29,7 @@ std::string header_json(const LogitsCacheHeader& h) {
   j["top_k"] = h.top_k;
   j["vocab"] = h.vocab;
   j["window_scored"] = h.window_scored;
-  j["record"] = "f32 nll, f32 log_rest, i32 ids[top_k], f32 logp[top_k]";
+  j["record"] = "f64 nll, f32 log_rest, i32 ids[top_k], f32 logp[top_k]";
   return j.dump();
 }
 
@@ -57,7 +57,7 @@ LogitsCacheHeader parse_header(const std::string& text, const std::filesystem::p
   }
 }
 
-std::int64_t record_bytes(std::int64_t top_k) { return (2 + 2 * top_k) * 4; }
+std::int64_t record_bytes(std::int64_t top_k) { return 8 + 4 + 8 * top_k; }
 
 // Reads the header; leaves `in` at the first record. Returns the header and its byte size.
 std::pair<LogitsCacheHeader, std::int64_t> read_header(std::ifstream& in,
@@ -92,11 +92,12 @@ void read_records(std::ifstream& in, std::int64_t count, LogitsCache& cache,
   for (std::int64_t i = 0; i < count; ++i) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     if (!in) fail<FormatError>("{}: truncated logits cache (record {})", path.string(), i);
-    float nll, log_rest;
-    std::memcpy(&nll, buf.data(), 4);
-    std::memcpy(&log_rest, buf.data() + 4, 4);
-    std::memcpy(ids.data(), buf.data() + 8, static_cast<std::size_t>(4 * k));
-    std::memcpy(logp.data(), buf.data() + 8 + 4 * k, static_cast<std::size_t>(4 * k));
+    double nll;
+    float log_rest;
+    std::memcpy(&nll, buf.data(), 8);
+    std::memcpy(&log_rest, buf.data() + 8, 4);
+    std::memcpy(ids.data(), buf.data() + 12, static_cast<std::size_t>(4 * k));
+    std::memcpy(logp.data(), buf.data() + 12 + 4 * k, static_cast<std::size_t>(4 * k));
     for (std::int32_t id : ids) {
       if (id < 0 || id >= cache.header().vocab) {
         fail<FormatError>("{}: record {} has token id {} outside the vocab", path.string(), i, id);
@@ -171,7 +172,7 @@ TopKView LogitsCache::token(std::int64_t i) const {
           std::span<const float>(logp_.data() + u * k, k)};
 }
 
-void LogitsCache::append(float nll, float log_rest, std::span<const std::int32_t> ids,
+void LogitsCache::append(double nll, float log_rest, std::span<const std::int32_t> ids,
                          std::span<const float> logp) {
   KVQ_CHECK(static_cast<std::int64_t>(ids.size()) == header_.top_k &&
                 static_cast<std::int64_t>(logp.size()) == header_.top_k,
@@ -278,7 +279,7 @@ void LogitsCacheWriter::append_window(const LogitsCache& tokens) {
     const TopKView t = tokens.token(i);
     const char* nll = reinterpret_cast<const char*>(&t.nll);
     const char* rest = reinterpret_cast<const char*>(&t.log_rest);
-    buf.insert(buf.end(), nll, nll + 4);
+    buf.insert(buf.end(), nll, nll + 8);
     buf.insert(buf.end(), rest, rest + 4);
     const char* ids = reinterpret_cast<const char*>(t.ids.data());
     const char* logp = reinterpret_cast<const char*>(t.logp.data());

@@ -2,12 +2,13 @@
 //
 // Full log-softmax rows do not fit (8 windows × 2047 tokens × 49152 × 2 bytes = 1.6 GB even in
 // fp16), so per scored token we keep:
-//   nll          -log p(target), exact (float64 math, stored as float32)
+//   nll          -log p(target), exact (float64 math, stored as float64: the baseline's PPL is
+//                computed from these, equal to the bit to a pass over the same windows)
 //   log_rest     log(1 - sum of the top-K probabilities), the tail mass (computed as a log-sum-exp
 //                over the non-top-K logits, not by subtraction, so it stays accurate near 0)
 //   ids[K]       the K most likely token ids, most likely first (ties: lower id first)
 //   logp[K]      their log-probabilities
-// = (2 + 2K) × 4 bytes per token (K = 32: 264 B; 8 × 2047 tokens ≈ 4.3 MB). kld.h says what this
+// = 12 + 8K bytes per token (K = 64: 524 B; 8 × 511 tokens ≈ 2.1 MB). kld.h says what this
 // gives (exact top-1 and baseline PPL; a lower and an upper bound on the KL divergence).
 //
 // File layout (little-endian): "KVQLOGIT" | u32 format version | u32 n | n bytes of JSON header
@@ -29,7 +30,7 @@
 
 namespace kvq::eval {
 
-inline constexpr std::uint32_t kLogitsCacheVersion = 1;
+inline constexpr std::uint32_t kLogitsCacheVersion = 2;  // 2: nll as f64
 
 struct LogitsCacheHeader {
   std::uint64_t model_hash = 0;   // model_fingerprint() of the baseline
@@ -53,7 +54,7 @@ std::uint64_t model_fingerprint(const std::filesystem::path& model);
 
 // The cached baseline distribution of one scored token.
 struct TopKView {
-  float nll = 0.0f;
+  double nll = 0.0;
   float log_rest = 0.0f;
   std::span<const std::int32_t> ids;  // [K]
   std::span<const float> logp;        // [K]
@@ -69,7 +70,7 @@ class LogitsCache {
   std::int64_t top_k() const { return header_.top_k; }
   TopKView token(std::int64_t i) const;  // i in [0, tokens())
 
-  void append(float nll, float log_rest, std::span<const std::int32_t> ids,
+  void append(double nll, float log_rest, std::span<const std::int32_t> ids,
               std::span<const float> logp);
 
   // Reads a complete cache file. IoError if unreadable, FormatError naming the file when the
@@ -83,9 +84,10 @@ class LogitsCache {
  private:
   friend class LogitsCacheWriter;
   LogitsCacheHeader header_;
-  std::vector<float> nll_, log_rest_;  // [tokens]
-  std::vector<std::int32_t> ids_;      // [tokens, K]
-  std::vector<float> logp_;            // [tokens, K]
+  std::vector<double> nll_;        // [tokens]
+  std::vector<float> log_rest_;    // [tokens]
+  std::vector<std::int32_t> ids_;  // [tokens, K]
+  std::vector<float> logp_;        // [tokens, K]
 };
 
 // Writes a cache window by window into "<path>.partial", resuming a previous partial file with

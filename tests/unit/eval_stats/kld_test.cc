@@ -46,7 +46,8 @@ TEST(TokenKl, IdenticalDistributionsGiveExactlyZero) {
   EXPECT_EQ(full.base_nll, full.quant_nll);
   std::vector<std::int32_t> ids(16);
   std::vector<float> logp(16);
-  float rest = 0, nll = 0;
+  float rest = 0;
+  double nll = 0;
   topk_summary(a, 3, 16, ids, logp, rest, nll);
   const TokenKl approx = token_kl_topk({nll, rest, ids, logp}, a, 3);
   EXPECT_EQ(approx.kl, 0.0);
@@ -64,7 +65,8 @@ TEST(TokenKl, TopKBoundsBracketExactKl) {
     for (std::int64_t k : {1, 4, 32}) {
       std::vector<std::int32_t> ids(static_cast<std::size_t>(k));
       std::vector<float> logp(ids.size());
-      float rest = 0, nll = 0;
+      float rest = 0;
+      double nll = 0;
       topk_summary(p, 7, k, ids, logp, rest, nll);
       const TokenKl t = token_kl_topk({nll, rest, ids, logp}, q, 7);
       // float32 log-probs in the cache: ~1e-7 relative slack.
@@ -74,7 +76,8 @@ TEST(TokenKl, TopKBoundsBracketExactKl) {
     // K = vocab: no tail, the approximation is exact.
     std::vector<std::int32_t> ids(500);
     std::vector<float> logp(500);
-    float rest = 0, nll = 0;
+    float rest = 0;
+    double nll = 0;
     topk_summary(p, 7, 500, ids, logp, rest, nll);
     EXPECT_TRUE(std::isinf(rest));
     const TokenKl all = token_kl_topk({nll, rest, ids, logp}, q, 7);
@@ -86,7 +89,8 @@ TEST(TopKSummary, SortedIdsAndTailMass) {
   const std::vector<float> l{1.0f, 3.0f, 2.0f, 3.0f};
   std::vector<std::int32_t> ids(2);
   std::vector<float> logp(2);
-  float rest = 0, nll = 0;
+  float rest = 0;
+  double nll = 0;
   topk_summary(l, 2, 2, ids, logp, rest, nll);
   EXPECT_EQ(ids, (std::vector<std::int32_t>{1, 3}));  // tie: lower id first
   const double z = std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0);
