@@ -247,7 +247,7 @@ BENCHMARK(BM_StreamRead)
 // A random model with SmolLM2-135M's shapes (30 layers, hidden 576, 9/3 heads, vocab 49152).
 kvq::model::CausalLM& smollm_shaped() {
   static std::unique_ptr<kvq::model::CausalLM> model = [] {
-    kvq::io::ModelConfig c;
+    kvq::model::ModelConfig c;
     c.hidden_size = 576;
     c.intermediate_size = 1536;
     c.num_hidden_layers = 30;

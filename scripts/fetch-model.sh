@@ -37,7 +37,8 @@ fi
 
 # The converted directory is stamped with a hash of the converter's sources, so a change to
 # `kvq convert` re-converts (about 10 s) instead of testing against a stale directory.
-stamp="$(cat src/kvq/io/convert_gguf*.cc src/kvq/io/model_config.cc src/kvq/io/safetensors.cc \
+stamp="$(cat src/kvq/io/convert_gguf*.cc src/kvq/model/convert_gguf.cc src/kvq/model/model_config.cc \
+  src/kvq/io/safetensors.cc \
   src/kvq/io/gguf*.cc | sha256sum | cut -c1-16)"
 if [ ! -f "$model_dir/config.json" ] || [ "$(cat "$model_dir/.kvq-convert-stamp" 2>/dev/null)" != "$stamp" ]; then
   [ -x "$kvq" ] || { echo "fetch-model: error: $kvq not built (run scripts/setup.sh)" >&2; exit 1; }

@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
-#include "kvq/io/convert_gguf.h"
+#include "kvq/model/convert_gguf.h"
 
 namespace kvq::cli {
 
@@ -29,11 +29,11 @@ void register_convert(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Replace OUT_DIR when it exists and is not empty");
   cmd->callback([args] {
-    io::ConvertOptions options;
+    model::ConvertOptions options;
     options.dtype = args->dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
     options.force = args->force;
     const auto start = std::chrono::steady_clock::now();
-    const auto r = io::convert_gguf_to_hf(args->gguf, args->out_dir, options);
+    const auto r = model::convert_gguf_to_hf(args->gguf, args->out_dir, options);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("wrote %s: %lld tensors, %lld parameters (%s, %.1f MB) in %.2f s\n",

@@ -11,11 +11,11 @@
 #include "commands.h"
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
-#include "kvq/io/convert_gguf.h"
 #include "kvq/io/gguf.h"
 #include "kvq/io/json_file.h"
-#include "kvq/io/model_config.h"
 #include "kvq/io/safetensors.h"
+#include "kvq/model/convert_gguf.h"
+#include "kvq/model/model_config.h"
 
 namespace kvq::cli {
 namespace {
@@ -54,7 +54,7 @@ json inspect_gguf(const fs::path& path) {
   const std::string arch = g.find_string("general.architecture").value_or("?");
   out["architecture"] = arch;
   if (arch == "llama") {
-    out["config"] = config_summary(io::gguf_llama_config_json(g));
+    out["config"] = config_summary(model::gguf_llama_config_json(g));
     out["config"].erase("torch_dtype");  // what `kvq convert` would write, not the GGUF's types
   } else {
     out["config"] = json::object();
@@ -73,7 +73,7 @@ json inspect_gguf(const fs::path& path) {
                        {"dtype", type},
                        {"shape", t.shape()},
                        {"bytes", t.nbytes},
-                       {"hf_name", io::gguf_to_hf_tensor_name(t.name).value_or("")}});
+                       {"hf_name", model::gguf_to_hf_tensor_name(t.name).value_or("")}});
   }
   out["parameters"] = params;
   out["tensor_types"] = type_counts;
@@ -84,7 +84,7 @@ json inspect_gguf(const fs::path& path) {
 json inspect_hf(const fs::path& dir) {
   json out = {{"format", "huggingface"}, {"path", dir.string()}};
   const json config = io::read_json_file(dir / "config.json");
-  io::load_model_config(dir);  // validates the fields kvq relies on
+  model::load_model_config(dir);  // validates the fields kvq relies on
   out["architecture"] = config.value("model_type", "?");
   out["config"] = config_summary(config);
   if (config.contains("quantization_config")) {

@@ -97,7 +97,7 @@ double measure_sgemm_gflops(int n, int repeats) {
 }
 
 ModelCost model_cost(const model::CausalLM& model) {
-  const io::ModelConfig& c = model.config();
+  const model::ModelConfig& c = model.config();
   const std::int64_t q = c.num_attention_heads * c.head_dim;
   const std::int64_t kv = c.num_key_value_heads * c.head_dim;
   const std::int64_t per_layer = c.hidden_size * q                           // q_proj

@@ -30,7 +30,7 @@ bool status_below_compressed(QuantizationStatus s) {
 }
 
 // initialize_qparams' scale dtype: the observed (model) dtype when it is a float type, else fp16.
-DType model_scale_dtype(const io::ModelConfig& config) {
+DType model_scale_dtype(const model::ModelConfig& config) {
   const std::string& d = config.torch_dtype;
   if (d == "float32" || d.empty()) return DType::kF32;
   if (d == "bfloat16") return DType::kBF16;
@@ -277,7 +277,7 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::CausalLM
   std::unique_ptr<QuantizationLifecycle> lc(new QuantizationLifecycle());
   lc->model_ = &model;
   lc->config_ = config;
-  const io::ModelConfig& mc = model.config();
+  const model::ModelConfig& mc = model.config();
   const std::int64_t heads = mc.num_attention_heads, kv_heads = mc.num_key_value_heads;
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
     fail<ConfigError>(

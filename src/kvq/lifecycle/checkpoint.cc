@@ -157,7 +157,7 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
   const io::SafetensorsModel src = io::SafetensorsModel::open(source_model_dir);
   io::SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
-  const io::ModelConfig& model_config = lifecycle.model().config();
+  const model::ModelConfig& model_config = lifecycle.model().config();
   for (const std::string& name : src.names()) {
     if (model::is_attention_qparam(model_config, name)) continue;  // stale ones are replaced below
     writer.add(name, src.tensor(name));

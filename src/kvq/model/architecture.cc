@@ -16,6 +16,7 @@ const std::array<Architecture, 1>& table() {
           .hf_class = "LlamaForCausalLM",
           .model_type = "llama",
           .hidden_act = "silu",
+          .forward = {},
           .causal_lm_classes = {"LlamaForCausalLM", "LlamaPreTrainedModel", "PreTrainedModel",
                                 "Module"},
           .model_classes = {"LlamaModel", "LlamaPreTrainedModel", "PreTrainedModel", "Module"},
@@ -62,7 +63,7 @@ bool is_quantized_linear_tensor(std::string_view name) {
 
 std::span<const Architecture> architectures() { return table(); }
 
-bool is_attention_qparam(const io::ModelConfig& c, std::string_view name) {
+bool is_attention_qparam(const model::ModelConfig& c, std::string_view name) {
   constexpr std::string_view kLayers = "model.layers.", kAttn = ".self_attn.";
   if (!name.starts_with(kLayers)) return false;
   name.remove_prefix(kLayers.size());
@@ -82,7 +83,7 @@ bool is_attention_qparam(const io::ModelConfig& c, std::string_view name) {
   return kind == "scale" || kind == "zero_point" || kind == "global_scale";
 }
 
-const Architecture& find_architecture(const io::ModelConfig& c, std::string_view source) {
+const Architecture& find_architecture(const model::ModelConfig& c, std::string_view source) {
   const Architecture* found = nullptr;
   std::string asked;
   if (!c.architectures.empty()) {
@@ -108,8 +109,24 @@ const Architecture& find_architecture(const io::ModelConfig& c, std::string_view
   return *found;
 }
 
-std::vector<TensorSpec> expected_tensors(const Architecture& /*arch*/, const io::ModelConfig& c) {
-  // The Llama layout, the only one so far; architectures with other tensors add knobs here.
+void check_forward_support(const Architecture& arch, std::string_view source) {
+  const ForwardSpec& f = arch.forward;
+  std::vector<std::string> missing;
+  if (f.norm != NormKind::kRms) missing.push_back("RMSNorm with (1 + w) weights");
+  if (f.norm_placement != NormPlacement::kPre) missing.push_back("sandwich norms");
+  if (f.qkv_bias) missing.push_back("q/k/v projection biases");
+  if (f.qk_norm) missing.push_back("q/k norms");
+  if (f.rope != RopeStyle::kRotateHalf) missing.push_back("its RoPE layout");
+  if (f.sliding_window) missing.push_back("sliding-window attention");
+  if (f.scale_embeddings) missing.push_back("scaled embeddings");
+  if (!missing.empty()) {
+    fail<NotSupported>("{}: {} needs what kvq's forward pass does not implement yet: {}", source,
+                       arch.hf_class, name_list(missing, missing.size()));
+  }
+}
+
+std::vector<TensorSpec> expected_tensors(const Architecture& arch, const model::ModelConfig& c) {
+  const ForwardSpec& f = arch.forward;
   const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
   const std::int64_t q_rows = c.num_attention_heads * c.head_dim;
   const std::int64_t kv_rows = c.num_key_value_heads * c.head_dim;
@@ -120,19 +137,32 @@ std::vector<TensorSpec> expected_tensors(const Architecture& /*arch*/, const io:
     out.push_back({p + "self_attn.q_proj.weight", {q_rows, h}});
     out.push_back({p + "self_attn.k_proj.weight", {kv_rows, h}});
     out.push_back({p + "self_attn.v_proj.weight", {kv_rows, h}});
+    if (f.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q_rows}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv_rows}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv_rows}});
+    }
+    if (f.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
     out.push_back({p + "self_attn.o_proj.weight", {h, q_rows}});
     out.push_back({p + "mlp.gate_proj.weight", {inter, h}});
     out.push_back({p + "mlp.up_proj.weight", {inter, h}});
     out.push_back({p + "mlp.down_proj.weight", {h, inter}});
     out.push_back({p + "input_layernorm.weight", {h}});
     out.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (f.norm_placement == NormPlacement::kSandwich) {
+      out.push_back({p + "pre_feedforward_layernorm.weight", {h}});
+      out.push_back({p + "post_feedforward_layernorm.weight", {h}});
+    }
   }
   out.push_back({"model.norm.weight", {h}});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
   return out;
 }
 
-void check_checkpoint_tensors(const Architecture& arch, const io::ModelConfig& c,
+void check_checkpoint_tensors(const Architecture& arch, const model::ModelConfig& c,
                               const std::map<std::string, Shape>& tensors,
                               std::string_view source) {
   std::vector<std::string> missing;

@@ -17,14 +17,40 @@
 #include <vector>
 
 #include "kvq/core/tensor.h"
-#include "kvq/io/model_config.h"
+#include "kvq/model/model_config.h"
 
 namespace kvq::model {
+
+// The forward pass's knobs: how one family's decoder layer differs from another's. Llama's values
+// are the defaults. expected_tensors reads them (a qkv bias or a q/k norm is a tensor the
+// checkpoint must hold); CausalLM::build refuses a row with values its forward does not implement
+// yet (check_forward_support), so a row can describe a family before its kernels land (issue 18).
+enum class NormKind {
+  kRms,         // y = w · x / sqrt(mean(x²) + eps)                  (Llama, Qwen, Mistral)
+  kRmsOnePlus,  // y = (1 + w) · x / sqrt(mean(x²) + eps)            (Gemma)
+};
+enum class NormPlacement {
+  kPre,       // x += f(norm(x)) for attention and MLP               (Llama)
+  kSandwich,  // x += post_norm(f(pre_norm(x))), four norms a layer   (Gemma 3)
+};
+enum class RopeStyle {
+  kRotateHalf,  // transformers' rotate_half: pairs (i, i + d/2)
+};
+struct ForwardSpec {
+  NormKind norm = NormKind::kRms;
+  NormPlacement norm_placement = NormPlacement::kPre;
+  bool qkv_bias = false;  // q/k/v_proj carry a bias                 (Qwen2)
+  bool qk_norm = false;   // per-head norm of q and k before RoPE    (Qwen3, Gemma 3)
+  RopeStyle rope = RopeStyle::kRotateHalf;
+  bool sliding_window = false;    // some or all layers attend to a window only (Mistral, Gemma)
+  bool scale_embeddings = false;  // embeddings × sqrt(hidden_size)  (Gemma)
+};
 
 struct Architecture {
   std::string_view hf_class;    // config.json "architectures"[0]: "LlamaForCausalLM"
   std::string_view model_type;  // config.json "model_type": "llama"
   std::string_view hidden_act;  // the gated MLP's activation it runs ("silu": SwiGLU)
+  ForwardSpec forward;          // the decoder layer's knobs
   // transformers' class hierarchies (the MRO restricted to nn.Module subclasses, most derived
   // first), so recipe targets match modules as they do in compressed-tensors.
   std::vector<std::string> causal_lm_classes;      // the root: {"LlamaForCausalLM", ...}
@@ -41,20 +67,26 @@ struct Architecture {
 std::span<const Architecture> architectures();
 // The row of config.architectures[0] (or of model_type when the list is empty), checked against
 // the config's hidden_act. NotSupported naming the architecture and listing kvq's otherwise.
-const Architecture& find_architecture(const io::ModelConfig& config, std::string_view source);
+const Architecture& find_architecture(const model::ModelConfig& config, std::string_view source);
+
+// NotSupported naming `source`, the architecture and each knob of arch.forward that CausalLM's
+// forward does not implement yet (so far: every value but Llama's). Called by CausalLM::build.
+void check_forward_support(const Architecture& arch, std::string_view source);
 
 // A checkpoint tensor the architecture expects.
 struct TensorSpec {
   std::string name;  // "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
 };
-// The tensors of `config` under `arch`, in module order (lm_head.weight omitted when tied).
-std::vector<TensorSpec> expected_tensors(const Architecture& arch, const io::ModelConfig& config);
+// The tensors of `config` under `arch`, in module order (lm_head.weight omitted when tied): the
+// Llama layout plus what arch.forward adds (q/k/v biases, q/k norms, sandwich norms).
+std::vector<TensorSpec> expected_tensors(const Architecture& arch,
+                                         const model::ModelConfig& config);
 
 // Whether `name` is a quantization parameter of a layer's attention module as compressed-tensors
 // saves it: "model.layers.<l>.self_attn.{q,k,v}_{scale,zero_point,global_scale}" with l <
 // num_hidden_layers (read by lifecycle::load_quantized). Linear in the name's length.
-bool is_attention_qparam(const io::ModelConfig& config, std::string_view name);
+bool is_attention_qparam(const model::ModelConfig& config, std::string_view name);
 
 // Checks the names and shapes of a checkpoint's tensors against expected_tensors:
 //  - ConfigError naming `source` and the tensor when one is missing or has another shape than
@@ -65,7 +97,7 @@ bool is_attention_qparam(const io::ModelConfig& config, std::string_view name);
 //    tensors).
 // Allowed besides: attention quantization parameters (<attn>.{q,k,v}_{scale,zero_point}, read by
 // lifecycle::load_quantized), a tied lm_head.weight, and rotary inv_freq buffers.
-void check_checkpoint_tensors(const Architecture& arch, const io::ModelConfig& config,
+void check_checkpoint_tensors(const Architecture& arch, const model::ModelConfig& config,
                               const std::map<std::string, Shape>& tensors, std::string_view source);
 
 }  // namespace kvq::model

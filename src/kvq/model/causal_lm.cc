@@ -113,7 +113,7 @@ Tensor take_weight(const std::map<std::string, Tensor>& weights, const std::stri
   return t.to_f32();
 }
 
-void validate_config(const io::ModelConfig& c, const std::string& source) {
+void validate_config(const model::ModelConfig& c, const std::string& source) {
   if (c.hidden_size <= 0 || c.intermediate_size <= 0 || c.num_hidden_layers <= 0 ||
       c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
       c.vocab_size <= 0) {
@@ -139,7 +139,7 @@ std::unique_ptr<Module> make_module(std::string name, std::vector<std::string> c
 
 CausalLM::~CausalLM() = default;
 
-std::unique_ptr<CausalLM> CausalLM::from_weights(const io::ModelConfig& config,
+std::unique_ptr<CausalLM> CausalLM::from_weights(const model::ModelConfig& config,
                                                  const std::map<std::string, Tensor>& weights,
                                                  std::string source_name,
                                                  const LoadOptions& options) {
@@ -148,7 +148,7 @@ std::unique_ptr<CausalLM> CausalLM::from_weights(const io::ModelConfig& config,
   return m;
 }
 
-void CausalLM::build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
+void CausalLM::build(const model::ModelConfig& config, const std::map<std::string, Tensor>& weights,
                      const std::string& source, const LoadOptions& options) {
   if (options.weights != DType::kF32 && options.weights != DType::kBF16) {
     fail<InvalidArgument>("{}: weights can be loaded as f32 or bf16, not {}", source,
@@ -156,6 +156,7 @@ void CausalLM::build(const io::ModelConfig& config, const std::map<std::string, 
   }
   validate_config(config, source);
   arch_ = &find_architecture(config, source);
+  check_forward_support(*arch_, source);
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : weights) shapes.emplace(name, t.shape());
   check_checkpoint_tensors(*arch_, config, shapes, source);
@@ -252,7 +253,7 @@ KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity, KvFormat
 
 std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int64_t batch,
                                  std::span<KvCache* const> caches) {
-  const io::ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   if (batch <= 0 || tokens.empty() || static_cast<std::int64_t>(tokens.size()) % batch != 0) {
     fail<InvalidArgument>("forward: {} tokens do not form {} equal non-empty sequences",
                           tokens.size(), batch);

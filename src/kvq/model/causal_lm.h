@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "kvq/core/tensor.h"
-#include "kvq/io/model_config.h"
 #include "kvq/model/architecture.h"
 #include "kvq/model/attention.h"
 #include "kvq/model/kv_cache.h"
+#include "kvq/model/model_config.h"
 #include "kvq/model/module.h"
 
 namespace kvq::model {
@@ -63,7 +63,7 @@ class CausalLM {
   // "lm_head.weight" may be absent when config.tie_word_embeddings. The architecture comes from
   // the config and the tensors must be its own (check_checkpoint_tensors: NotSupported naming an
   // unknown architecture, unknown or quantized tensors; ConfigError for missing ones).
-  static std::unique_ptr<CausalLM> from_weights(const io::ModelConfig& config,
+  static std::unique_ptr<CausalLM> from_weights(const model::ModelConfig& config,
                                                 const std::map<std::string, Tensor>& weights,
                                                 std::string source_name = "weights",
                                                 const LoadOptions& options = {});
@@ -71,7 +71,7 @@ class CausalLM {
   CausalLM(const CausalLM&) = delete;
   CausalLM& operator=(const CausalLM&) = delete;
 
-  const io::ModelConfig& config() const { return config_; }
+  const model::ModelConfig& config() const { return config_; }
   // The architecture row the model was built from (config.json's architectures).
   const Architecture& architecture() const { return *arch_; }
   // The checkpoint's attention quantization parameters (is_attention_qparam), as stored, by
@@ -126,7 +126,7 @@ class CausalLM {
  private:
   struct Layer;
   CausalLM() = default;
-  void build(const io::ModelConfig& config, const std::map<std::string, Tensor>& weights,
+  void build(const model::ModelConfig& config, const std::map<std::string, Tensor>& weights,
              const std::string& source_name, const LoadOptions& options);
   // Runs the decoder stack; returns final-norm hidden states [batch * S, hidden]. `caches` is
   // either one cache holding all `batch` sequences (one length) or one batch-1 cache per sequence
@@ -136,7 +136,7 @@ class CausalLM {
   Tensor logits_for(const std::vector<float>& hidden, std::int64_t batch, std::int64_t seq,
                     LogitsMode mode) const;
 
-  io::ModelConfig config_;
+  model::ModelConfig config_;
   const Architecture* arch_ = nullptr;
   std::map<std::string, Tensor> attention_qparams_;  // small copies: the mmap may go
   DType weight_dtype_ = DType::kF32;

@@ -1,14 +1,14 @@
 // CausalLM::load: config.json + safetensors weights from a Hugging Face model directory.
 // (A separate file so code that only uses from_weights does not link the safetensors reader.)
-#include "kvq/io/model_config.h"
 #include "kvq/io/safetensors.h"
 #include "kvq/model/causal_lm.h"
+#include "kvq/model/model_config.h"
 
 namespace kvq::model {
 
 std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& model_dir,
                                          const LoadOptions& options) {
-  const io::ModelConfig config = io::load_model_config(model_dir);
+  const model::ModelConfig config = model::load_model_config(model_dir);
   const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
   std::map<std::string, Tensor> weights;
   for (const std::string& name : st.names()) weights.emplace(name, st.tensor(name));

@@ -7,7 +7,7 @@
 
 namespace kvq::model {
 
-std::vector<float> rope_inv_freq(const io::ModelConfig& config) {
+std::vector<float> rope_inv_freq(const model::ModelConfig& config) {
   const std::int64_t dim = config.head_dim;
   if (dim <= 0 || dim % 2 != 0) fail<ConfigError>("head_dim {} must be even and > 0", dim);
   // inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)): fp32 exponent, fp32 pow with
@@ -20,7 +20,7 @@ std::vector<float> rope_inv_freq(const io::ModelConfig& config) {
         static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
     inv[static_cast<std::size_t>(i)] = 1.0f / p;
   }
-  const io::RopeScaling& rs = config.rope_scaling;
+  const model::RopeScaling& rs = config.rope_scaling;
   if (rs.rope_type == "default" || rs.rope_type.empty()) return inv;
   const float factor = static_cast<float>(rs.factor);
   if (rs.rope_type == "linear") {

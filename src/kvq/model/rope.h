@@ -5,12 +5,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvq/io/model_config.h"
+#include "kvq/model/model_config.h"
 
 namespace kvq::model {
 
 // inv_freq [head_dim / 2]. ConfigError for an odd head_dim; NotSupported for other rope types.
-std::vector<float> rope_inv_freq(const io::ModelConfig& config);
+std::vector<float> rope_inv_freq(const model::ModelConfig& config);
 
 // cos, sin tables for positions [start, start + n): each [n, head_dim / 2] (the second half of
 // HF's cat(freqs, freqs) repeats the first, so half is enough). angle = fp32(inv_freq × pos).

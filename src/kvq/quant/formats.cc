@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +12,7 @@
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 #include "kvq/core/float8.h"
+#include "kvq/core/strings.h"
 #include "kvq/core/tensor.h"
 #include "kvq/quant/kv_row_layout.h"
 #include "kvq/quant/qparams.h"
@@ -311,8 +311,7 @@ const KvFormatTraits& kv_format_traits(KvFormat format) {
 }
 
 std::optional<KvFormat> parse_kv_format(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string lower = ascii_lower(text);
   if (lower.starts_with("torch.")) lower.erase(0, 6);
   if (lower.empty()) return std::nullopt;
   for (const auto& t : kTable)

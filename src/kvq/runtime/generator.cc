@@ -71,14 +71,15 @@ class Generator {
   std::optional<InFlight> start(std::size_t i) {
     const GenerationRequest& r = requests_[i];
     const auto n = static_cast<std::int64_t>(r.prompt.size());
-    InFlight g{
-        i, model_.make_cache(1, n + std::max<std::int64_t>(r.max_new_tokens, 1), options_.kv_cache),
-        model::Sampler(r.sampling), Generation{}};
-    g.out.prompt_tokens = n;
-    if (r.max_new_tokens == 0) {
-      on_done_(i, std::move(g.out));
+    if (r.max_new_tokens == 0) {  // nothing to generate: no cache to allocate either
+      Generation out;
+      out.prompt_tokens = n;
+      on_done_(i, std::move(out));
       return std::nullopt;
     }
+    InFlight g{i, model_.make_cache(1, n + r.max_new_tokens, options_.kv_cache),
+               model::Sampler(r.sampling), Generation{}};
+    g.out.prompt_tokens = n;
     const auto t0 = Clock::now();
     const Tensor logits = model_.forward(r.prompt, g.cache, model::LogitsMode::kLast);
     g.out.prefill_seconds = seconds_since(t0);

@@ -46,7 +46,7 @@ ModelSource open_model_source(const std::filesystem::path& model_dir, bool with_
     src.model = model::CausalLM::load(model_dir, options);
   }
   src.tokenizer.emplace(tok::Tokenizer::from_dir(model_dir));
-  src.generation = io::load_generation_config(model_dir);
+  src.generation = model::load_generation_config(model_dir);
   return src;
 }
 

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvq/io/model_config.h"
 #include "kvq/lifecycle/apply.h"
 #include "kvq/model/causal_lm.h"
+#include "kvq/model/model_config.h"
 #include "kvq/tokenizer/tokenizer.h"
 
 namespace kvq::runtime {
@@ -25,7 +25,7 @@ struct ModelSource {
   // directory is a quantized checkpoint; null otherwise. Declared after `model`: destroyed first.
   std::unique_ptr<lifecycle::QuantizationLifecycle> lifecycle;
   std::optional<tok::Tokenizer> tokenizer;  // always set by open_model_source()
-  std::optional<io::GenerationConfig> generation;
+  std::optional<model::GenerationConfig> generation;
 
   // Union of config.json eos_token_id, generation_config.json eos_token_id and the tokenizer's
   // eos token (what transformers' generate() stops on), sorted, without duplicates.

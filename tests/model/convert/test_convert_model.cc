@@ -10,16 +10,16 @@
 #include <string>
 
 #include "kvq/core/error.h"
-#include "kvq/io/convert_gguf.h"
 #include "kvq/io/gguf.h"
 #include "kvq/io/gguf_dequant.h"
 #include "kvq/io/json_file.h"
-#include "kvq/io/model_config.h"
 #include "kvq/io/safetensors.h"
 #include "kvq/model/architecture.h"
+#include "kvq/model/convert_gguf.h"
+#include "kvq/model/model_config.h"
 #include "support/test_paths.h"
 
-namespace kvq::io {
+namespace kvq::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -57,7 +57,7 @@ nlohmann::json run_inspect(const fs::path& path) {
   while ((n = std::fread(buf.data(), 1, buf.size(), pipe.get())) > 0) output.append(buf.data(), n);
   const int status = pclose(pipe.release());
   EXPECT_EQ(status, 0) << cmd;
-  return parse_json(output, "kvq inspect output");
+  return io::parse_json(output, "kvq inspect output");
 }
 
 void ConfigMatchesTheGgufMetadata() {
@@ -85,7 +85,7 @@ void ConfigMatchesTheGgufMetadata() {
 }
 
 void EveryTensorPresentWithItsShape() {
-  const auto m = SafetensorsModel::open(ConvertModel::out());
+  const auto m = io::SafetensorsModel::open(ConvertModel::out());
   const ModelConfig c = load_model_config(ConvertModel::out());
   std::set<std::string> expected;
   const auto expect = [&](const std::string& name, const Shape& shape) {
@@ -119,8 +119,8 @@ void EveryTensorPresentWithItsShape() {
 }
 
 void WeightsAreDequantizedAndQkRowsUnpermuted() {
-  const GgufFile g = GgufFile::open(test::default_gguf());
-  const auto m = SafetensorsModel::open(ConvertModel::out());
+  const io::GgufFile g = io::GgufFile::open(test::default_gguf());
+  const auto m = io::SafetensorsModel::open(ConvertModel::out());
   // v_proj is not permuted: bit-identical to the dequantized GGUF tensor.
   const Tensor v_gguf = dequantize_tensor(g, g.tensor_info("blk.7.attn_v.weight"));
   const Tensor v_hf = m.tensor("model.layers.7.self_attn.v_proj.weight");
@@ -143,19 +143,19 @@ void TokenizerFilesAndRecordedInterop() {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
     EXPECT_TRUE(fs::exists(ConvertModel::out() / f)) << f;
   }
-  const auto tok = read_json_file(ConvertModel::out() / "tokenizer.json");
+  const auto tok = io::read_json_file(ConvertModel::out() / "tokenizer.json");
   EXPECT_EQ(tok["model"]["type"], "BPE");
   EXPECT_EQ(tok["model"]["vocab"].size(), 49152u);
   EXPECT_EQ(tok["model"]["merges"].size(), 48900u);
   EXPECT_EQ(tok["pre_tokenizer"]["pretokenizers"][0]["type"], "Digits");
   EXPECT_EQ(tok["added_tokens"].size(), 17u);  // the control tokens of SmolLM2
-  const auto cfg = read_json_file(ConvertModel::out() / "tokenizer_config.json");
+  const auto cfg = io::read_json_file(ConvertModel::out() / "tokenizer_config.json");
   EXPECT_EQ(cfg["eos_token"], "<|im_end|>");
   EXPECT_EQ(cfg["bos_token"], "<|im_start|>");
   EXPECT_TRUE(cfg["chat_template"].get<std::string>().find("<|im_start|>") != std::string::npos);
 
   // Written by tools/reference/check_convert_interop.py against transformers.
-  const auto interop = read_json_file(test::test_data_dir() / "convert" / "interop.json");
+  const auto interop = io::read_json_file(test::test_data_dir() / "convert" / "interop.json");
   EXPECT_TRUE(interop["pass"].get<bool>()) << interop["failures"].dump();
   EXPECT_EQ(interop["weights_max_abs_diff"].get<double>(), 0.0);
   for (const auto& p : interop["prompts"]) {
@@ -170,7 +170,7 @@ void RefusesANonEmptyOutDirWithoutForce() {
 }
 
 void InspectListsEveryTensorOfBoth() {
-  const GgufFile g = GgufFile::open(test::default_gguf());
+  const io::GgufFile g = io::GgufFile::open(test::default_gguf());
   const auto gg = run_inspect(test::default_gguf());
   EXPECT_EQ(gg["format"], "gguf");
   ASSERT_EQ(gg["tensors"].size(), g.tensors().size());
@@ -182,7 +182,7 @@ void InspectListsEveryTensorOfBoth() {
 
   const auto hf = run_inspect(ConvertModel::out());
   EXPECT_EQ(hf["format"], "huggingface");
-  const auto m = SafetensorsModel::open(ConvertModel::out());
+  const auto m = io::SafetensorsModel::open(ConvertModel::out());
   ASSERT_EQ(hf["tensors"].size(), m.names().size());
   for (const auto& t : hf["tensors"]) EXPECT_TRUE(m.contains(t["name"].get<std::string>()));
   EXPECT_EQ(hf["config"]["head_dim"], 64);
@@ -218,4 +218,4 @@ TEST_F(ConvertModel, ConvertsAndInspectsTheDefaultGguf) {
 }
 
 }  // namespace
-}  // namespace kvq::io
+}  // namespace kvq::model

@@ -249,14 +249,14 @@ TEST(Apply, Errors) {
                ConfigError);
   EXPECT_THROW(apply_quantization_config(*m, config(R"({"config_groups": {}})")), ConfigError);
   // Heads not dividing.
-  io::ModelConfig bad = m->config();
+  model::ModelConfig bad = m->config();
   EXPECT_EQ(bad.num_attention_heads % bad.num_key_value_heads, 0);
 }
 
 TEST(Apply, HeadsNotDividing) {
   auto m = tiny();
   const auto weights_dir = test::test_data_dir() / "tiny_llama" / "gqa";
-  io::ModelConfig cfg = m->config();
+  model::ModelConfig cfg = m->config();
   cfg.num_key_value_heads = 3;  // 4 % 3 != 0
   // The engine may refuse such a config itself; either way it must be a kvq::Error.
   auto attempt = [&] {

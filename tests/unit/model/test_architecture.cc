@@ -15,8 +15,8 @@
 namespace kvq::model {
 namespace {
 
-io::ModelConfig small_config(bool tied = false) {
-  io::ModelConfig c;
+model::ModelConfig small_config(bool tied = false) {
+  model::ModelConfig c;
   c.architectures = {"LlamaForCausalLM"};
   c.model_type = "llama";
   c.hidden_size = 64;
@@ -30,7 +30,7 @@ io::ModelConfig small_config(bool tied = false) {
   return c;
 }
 
-std::map<std::string, Shape> shapes_of(const io::ModelConfig& c) {
+std::map<std::string, Shape> shapes_of(const model::ModelConfig& c) {
   std::map<std::string, Shape> out;
   for (const TensorSpec& t : expected_tensors(find_architecture(c, "m"), c)) {
     out.emplace(t.name, t.shape);
@@ -40,7 +40,7 @@ std::map<std::string, Shape> shapes_of(const io::ModelConfig& c) {
 
 // The message of check_checkpoint_tensors, "" when it accepts; fails the test on other errors.
 template <class E>
-std::string error_of(const io::ModelConfig& c, const std::map<std::string, Shape>& tensors) {
+std::string error_of(const model::ModelConfig& c, const std::map<std::string, Shape>& tensors) {
   try {
     check_checkpoint_tensors(find_architecture(c, "m"), c, tensors, "mymodel");
   } catch (const E& e) {
@@ -50,7 +50,7 @@ std::string error_of(const io::ModelConfig& c, const std::map<std::string, Shape
 }
 
 TEST(Architecture, LlamaIsFoundByClassOrModelType) {
-  io::ModelConfig c = small_config();
+  model::ModelConfig c = small_config();
   EXPECT_EQ(find_architecture(c, "m").hf_class, "LlamaForCausalLM");
   c.architectures.clear();
   EXPECT_EQ(find_architecture(c, "m").model_type, "llama");
@@ -59,7 +59,7 @@ TEST(Architecture, LlamaIsFoundByClassOrModelType) {
 }
 
 TEST(Architecture, UnknownArchitecturesAndActivationsAreRefusedByName) {
-  io::ModelConfig c = small_config();
+  model::ModelConfig c = small_config();
   c.architectures = {"Qwen2ForCausalLM"};
   try {
     find_architecture(c, "qwen-dir");
@@ -86,7 +86,7 @@ TEST(Architecture, UnknownArchitecturesAndActivationsAreRefusedByName) {
 
 TEST(Architecture, TensorTableAcceptsMatchingWeightsAndTheExtrasCheckpointsCarry) {
   for (bool tied : {false, true}) {
-    const io::ModelConfig c = small_config(tied);
+    const model::ModelConfig c = small_config(tied);
     auto t = shapes_of(c);
     EXPECT_EQ(t.size(), 2u + 9u * 2 + (tied ? 0u : 1u));
     EXPECT_EQ(t.at("model.layers.1.self_attn.k_proj.weight"), (Shape{32, 64}));
@@ -103,7 +103,7 @@ TEST(Architecture, TensorTableAcceptsMatchingWeightsAndTheExtrasCheckpointsCarry
 }
 
 TEST(Architecture, TensorTableRefusesContradictionsUnknownsAndQuantizedWeights) {
-  const io::ModelConfig c = small_config();
+  const model::ModelConfig c = small_config();
   // q_proj rows != heads × head_dim (a config whose head count disagrees with the weights).
   auto t = shapes_of(c);
   t["model.layers.1.self_attn.q_proj.weight"] = {32, 64};
@@ -152,8 +152,41 @@ TEST(Architecture, TensorTableRefusesContradictionsUnknownsAndQuantizedWeights) 
       << e;
 }
 
+// The forward knobs drive the tensor table: a row with Qwen2's bias, Qwen3's q/k norms or Gemma's
+// sandwich norms expects their tensors, and CausalLM refuses the knobs it does not run yet, naming
+// each.
+TEST(Architecture, ForwardKnobsAddTheirTensorsAndUnimplementedOnesAreRefused) {
+  const model::ModelConfig c = small_config();
+  const Architecture& llama = find_architecture(c, "m");
+  EXPECT_NO_THROW(check_forward_support(llama, "m"));
+  Architecture other = llama;
+  other.hf_class = "OtherForCausalLM";
+  other.forward.qkv_bias = true;
+  other.forward.qk_norm = true;
+  other.forward.norm_placement = NormPlacement::kSandwich;
+  std::map<std::string, Shape> extra;
+  for (const TensorSpec& t : expected_tensors(other, c)) extra.emplace(t.name, t.shape);
+  const std::map<std::string, Shape> base = shapes_of(c);
+  EXPECT_EQ(extra.size(), base.size() + 2 * 7);  // per layer: 3 biases, 2 q/k norms, 2 norms
+  EXPECT_EQ(extra.at("model.layers.1.self_attn.q_proj.bias"), Shape({64}));
+  EXPECT_EQ(extra.at("model.layers.1.self_attn.k_proj.bias"), Shape({32}));
+  EXPECT_EQ(extra.at("model.layers.0.self_attn.k_norm.weight"), Shape({16}));
+  EXPECT_EQ(extra.at("model.layers.0.pre_feedforward_layernorm.weight"), Shape({64}));
+  other.forward.scale_embeddings = true;
+  try {
+    check_forward_support(other, "mymodel");
+    ADD_FAILURE() << "accepted";
+  } catch (const NotSupported& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"mymodel", "OtherForCausalLM", "q/k/v projection biases", "q/k norms",
+                             "sandwich norms", "scaled embeddings"}) {
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+    }
+  }
+}
+
 TEST(Architecture, AttentionQparamNames) {
-  const io::ModelConfig c = small_config();  // 2 layers
+  const model::ModelConfig c = small_config();  // 2 layers
   for (const char* yes :
        {"model.layers.0.self_attn.k_scale", "model.layers.1.self_attn.v_zero_point",
         "model.layers.1.self_attn.q_scale", "model.layers.0.self_attn.k_global_scale"}) {

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "kvq/core/dtype.h"
-#include "kvq/io/model_config.h"
+#include "kvq/model/model_config.h"
 #include "kvq/quant/formats.h"
 #include "tiny_model.h"
 
@@ -345,7 +345,7 @@ TEST_F(Engine, BadInputsThrow) {
 
 TEST_F(Engine, FromWeightsValidatesAndConvertsDtypes) {
   std::map<std::string, Tensor> w = load_weights(dir_);
-  const io::ModelConfig& c = model_->config();
+  const model::ModelConfig& c = model_->config();
   auto missing = w;
   missing.erase("model.layers.2.mlp.up_proj.weight");
   try {
@@ -373,7 +373,7 @@ TEST_F(Engine, FromWeightsValidatesAndConvertsDtypes) {
   const Tensor a = CausalLM::from_weights(c, bf16)->forward(kPrompt, LogitsMode::kAll);
   const Tensor b = CausalLM::from_weights(c, rounded)->forward(kPrompt, LogitsMode::kAll);
   EXPECT_TRUE(bit_identical(a, b));
-  io::ModelConfig bad = c;
+  model::ModelConfig bad = c;
   bad.num_key_value_heads = 3;
   EXPECT_THROW(CausalLM::from_weights(bad, w), ConfigError);
 }

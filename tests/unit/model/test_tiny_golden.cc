@@ -32,7 +32,7 @@ class TinyGolden : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(TinyGolden, PrefillAndDecodeLogits) {
-  const io::ModelConfig& c = model_->config();
+  const model::ModelConfig& c = model_->config();
   for (int p = 0; p < 2; ++p) {
     const std::string pre = "prompt" + std::to_string(p) + ".";
     const std::vector<std::int32_t> ids = ids_of(golden_->tensor(pre + "input_ids"));

@@ -1,4 +1,4 @@
-#include "kvq/io/convert_gguf.h"
+#include "kvq/model/convert_gguf.h"
 
 #include <cstring>
 #include <regex>
@@ -12,10 +12,10 @@
 #include "kvq/io/convert_gguf_tokenizer.h"
 #include "kvq/io/gguf_dequant.h"
 #include "kvq/io/json_file.h"
-#include "kvq/io/model_config.h"
 #include "kvq/io/safetensors.h"
+#include "kvq/model/model_config.h"
 
-namespace kvq::io {
+namespace kvq::model {
 namespace {
 
 using json = nlohmann::json;
@@ -25,14 +25,14 @@ namespace fs = std::filesystem;
 // 9.999999747378752e-06): the same fp32 value once a framework casts it back.
 double f32_to_decimal(float value) { return std::stod(fmt::format("{}", value)); }
 
-void require_llama(const GgufFile& gguf) {
+void require_llama(const io::GgufFile& gguf) {
   const std::string& arch = gguf.get_string("general.architecture");
   if (arch != "llama") {
     fail<NotSupported>("{}: unsupported architecture {}; supported: llama", gguf.source(), arch);
   }
 }
 
-ModelConfig llama_config(const GgufFile& g, DType dtype) {
+ModelConfig llama_config(const io::GgufFile& g, DType dtype) {
   require_llama(g);
   ModelConfig c;
   c.architectures = {"LlamaForCausalLM"};
@@ -95,7 +95,7 @@ ModelConfig llama_config(const GgufFile& g, DType dtype) {
 }
 
 struct PlannedTensor {
-  const GgufTensorInfo* info;
+  const io::GgufTensorInfo* info;
   std::string hf_name;
   Shape hf_shape;
   std::int64_t rope_heads = 0;  // > 0: undo the rotary row permutation with this many heads
@@ -103,12 +103,12 @@ struct PlannedTensor {
 
 // Every tensor the HF model needs, in HF module order, with its expected shape. Unknown GGUF
 // tensors are refused rather than silently dropped.
-std::vector<PlannedTensor> plan_tensors(const GgufFile& g, const ModelConfig& c) {
+std::vector<PlannedTensor> plan_tensors(const io::GgufFile& g, const ModelConfig& c) {
   const std::int64_t h = c.hidden_size, hd = c.head_dim, ff = c.intermediate_size;
   const std::int64_t q_rows = c.num_attention_heads * hd, kv_rows = c.num_key_value_heads * hd;
   std::vector<PlannedTensor> plan;
   const auto add = [&](const std::string& gguf_name, Shape shape, std::int64_t rope_heads = 0) {
-    const GgufTensorInfo& info = g.tensor_info(gguf_name);
+    const io::GgufTensorInfo& info = g.tensor_info(gguf_name);
     if (info.shape() != shape) {
       fail<FormatError>("{}: tensor '{}' has shape {}, expected {} from the metadata", g.source(),
                         gguf_name, shape_str(info.shape()), shape_str(shape));
@@ -215,11 +215,11 @@ void unpermute_rope_rows(float* data, std::int64_t n_head, std::int64_t head_dim
   }
 }
 
-json gguf_llama_config_json(const GgufFile& gguf, DType dtype) {
+json gguf_llama_config_json(const io::GgufFile& gguf, DType dtype) {
   return model_config_to_json(llama_config(gguf, dtype));
 }
 
-json gguf_generation_config_json(const GgufFile& g) {
+json gguf_generation_config_json(const io::GgufFile& g) {
   json j = {{"_from_model_config", true}};
   const auto set = [&](const char* name, const char* key) {
     if (const auto id = g.find_u32(key)) j[name] = *id;
@@ -237,25 +237,25 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
                           dtype_torch_name(options.dtype));
   }
   check_out_dir(out_dir, options.force);
-  const GgufFile g = GgufFile::open(gguf_path);
+  const io::GgufFile g = io::GgufFile::open(gguf_path);
   const ModelConfig config = llama_config(g, options.dtype);
   const std::vector<PlannedTensor> plan = plan_tensors(g, config);
   for (const auto& p : plan) {
-    if (!ggml_can_dequantize(p.info->type)) {
+    if (!io::ggml_can_dequantize(p.info->type)) {
       fail<NotSupported>("{}: tensor '{}' has GGML type {}, which kvq cannot dequantize",
-                         g.source(), p.info->name, ggml_type_name(p.info->type));
+                         g.source(), p.info->name, io::ggml_type_name(p.info->type));
     }
   }
   // Everything that can be refused has been checked before any output exists.
-  const json tokenizer = gguf_tokenizer_json(g);
-  const json tokenizer_config = gguf_tokenizer_config_json(g);
+  const json tokenizer = io::gguf_tokenizer_json(g);
+  const json tokenizer_config = io::gguf_tokenizer_config_json(g);
 
   ConvertResult result;
   result.out_dir = out_dir;
-  SafetensorsWriter writer;
+  io::SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   for (const auto& p : plan) {
-    Tensor t = dequantize_tensor(g, *p.info);  // [rows, cols] fp32, owning
+    Tensor t = io::dequantize_tensor(g, *p.info);  // [rows, cols] fp32, owning
     if (p.rope_heads > 0) {
       const std::int64_t cols = t.ndim() == 2 ? t.dim(1) : 1;
       unpermute_rope_rows(t.f32(), p.rope_heads, config.head_dim, cols);
@@ -273,12 +273,12 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
   }
   result.num_tensors = static_cast<std::int64_t>(plan.size());
 
-  AtomicDirectory dir(out_dir);
-  write_file_atomic(dir.path() / "config.json", dump_json(model_config_to_json(config)));
-  write_file_atomic(dir.path() / "generation_config.json",
-                    dump_json(gguf_generation_config_json(g)));
-  write_file_atomic(dir.path() / "tokenizer.json", dump_json(tokenizer));
-  write_file_atomic(dir.path() / "tokenizer_config.json", dump_json(tokenizer_config));
+  io::AtomicDirectory dir(out_dir);
+  io::write_file_atomic(dir.path() / "config.json", io::dump_json(model_config_to_json(config)));
+  io::write_file_atomic(dir.path() / "generation_config.json",
+                        io::dump_json(gguf_generation_config_json(g)));
+  io::write_file_atomic(dir.path() / "tokenizer.json", io::dump_json(tokenizer));
+  io::write_file_atomic(dir.path() / "tokenizer_config.json", io::dump_json(tokenizer_config));
   writer.write(dir.path() / "model.safetensors");
   dir.commit();
   log::info("converted {} -> {} ({} tensors, {} parameters, {})", gguf_path.string(),
@@ -287,4 +287,4 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
   return result;
 }
 
-}  // namespace kvq::io
+}  // namespace kvq::model

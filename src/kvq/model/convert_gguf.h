@@ -21,7 +21,7 @@
 #include "kvq/core/dtype.h"
 #include "kvq/io/gguf.h"
 
-namespace kvq::io {
+namespace kvq::model {
 
 struct ConvertOptions {
   DType dtype = DType::kF32;  // kF32 or kBF16
@@ -45,8 +45,8 @@ ConvertResult convert_gguf_to_hf(const std::filesystem::path& gguf_path,
 
 // The pieces, for tests and `kvq inspect`.
 // config.json content for the GGUF's llama metadata (torch_dtype from `dtype`).
-nlohmann::json gguf_llama_config_json(const GgufFile& gguf, DType dtype = DType::kF32);
-nlohmann::json gguf_generation_config_json(const GgufFile& gguf);
+nlohmann::json gguf_llama_config_json(const io::GgufFile& gguf, DType dtype = DType::kF32);
+nlohmann::json gguf_generation_config_json(const io::GgufFile& gguf);
 // The Hugging Face name of a llama GGUF tensor ("blk.3.attn_q.weight" ->
 // "model.layers.3.self_attn.q_proj.weight"), or nullopt for a name with no HF counterpart.
 std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name);
@@ -55,4 +55,4 @@ std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name);
 void unpermute_rope_rows(float* data,  // [n_head * head_dim, cols]
                          std::int64_t n_head, std::int64_t head_dim, std::int64_t cols);
 
-}  // namespace kvq::io
+}  // namespace kvq::model

@@ -1,4 +1,4 @@
-#include "kvq/io/model_config.h"
+#include "kvq/model/model_config.h"
 
 #include <cmath>
 
@@ -7,7 +7,7 @@
 #include "kvq/core/tensor.h"
 #include "kvq/io/json_file.h"
 
-namespace kvq::io {
+namespace kvq::model {
 namespace fs = std::filesystem;
 namespace {
 
@@ -231,7 +231,7 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
 
 ModelConfig load_model_config(const fs::path& model_dir) {
   const fs::path path = model_dir / "config.json";
-  return parse_model_config(read_json_file(path), path.string());
+  return parse_model_config(io::read_json_file(path), path.string());
 }
 
 GenerationConfig parse_generation_config(const json& j, std::string_view source) {
@@ -253,7 +253,7 @@ std::optional<GenerationConfig> load_generation_config(const fs::path& model_dir
   const fs::path path = model_dir / "generation_config.json";
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
-  return parse_generation_config(read_json_file(path), path.string());
+  return parse_generation_config(io::read_json_file(path), path.string());
 }
 
 json model_config_to_json(const ModelConfig& c) {
@@ -305,4 +305,4 @@ json model_config_to_json(const ModelConfig& c) {
   return j;
 }
 
-}  // namespace kvq::io
+}  // namespace kvq::model

@@ -3,11 +3,11 @@
 
 #include "../io_safetensors/io_test_util.h"
 #include "kvq/io/json_file.h"
-#include "kvq/io/model_config.h"
 #include "kvq/io/safetensors.h"
+#include "kvq/model/model_config.h"
 #include "support/test_paths.h"
 
-namespace kvq::io {
+namespace kvq::model {
 namespace {
 
 using nlohmann::json;
@@ -52,7 +52,7 @@ json minimal() {
 }
 
 TEST(ModelConfig, SmolLM2) {
-  const ModelConfig c = parse_model_config(parse_json(kSmolLM2, "config.json"), "config.json");
+  const ModelConfig c = parse_model_config(io::parse_json(kSmolLM2, "config.json"), "config.json");
   EXPECT_EQ(c.architectures, std::vector<std::string>{"LlamaForCausalLM"});
   EXPECT_EQ(c.model_type, "llama");
   EXPECT_EQ(c.hidden_size, 576);
@@ -203,7 +203,7 @@ TEST(ModelConfig, LoadFromDirectory) {
 }
 
 TEST(ModelConfig, ToJsonRoundTrips) {
-  json j = parse_json(kSmolLM2, "config.json");
+  json j = io::parse_json(kSmolLM2, "config.json");
   const ModelConfig c = parse_model_config(j, "config.json");
   const json out = model_config_to_json(c);
   EXPECT_EQ(out["head_dim"], 64);
@@ -261,4 +261,4 @@ TEST(GenerationConfigTest, ParsesAndIsOptional) {
 }
 
 }  // namespace
-}  // namespace kvq::io
+}  // namespace kvq::model

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvq::io {
+namespace kvq::model {
 
 struct RopeScaling {
   std::string rope_type = "default";  // "default", "linear", "llama3"
@@ -65,4 +65,4 @@ std::optional<GenerationConfig> load_generation_config(const std::filesystem::pa
 // (Whether the weights fit the config is the architecture's to say: model/architecture.h.)
 nlohmann::json model_config_to_json(const ModelConfig& c);
 
-}  // namespace kvq::io
+}  // namespace kvq::model

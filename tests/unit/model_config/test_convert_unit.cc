@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "gguf_builder.h"
+#include "../io_gguf/gguf_builder.h"
 #include "kvq/core/error.h"
-#include "kvq/io/convert_gguf.h"
 #include "kvq/io/json_file.h"
 #include "kvq/io/safetensors.h"
+#include "kvq/model/convert_gguf.h"
 #include "support/test_paths.h"
 
-namespace kvq::io {
+namespace kvq::model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -103,19 +103,19 @@ TEST(ConvertGguf, ConvertsTinyLlama) {
   const auto gguf = write_tiny_llama(dir / "tiny.gguf");
   const auto r = convert_gguf_to_hf(gguf, dir / "hf");
   EXPECT_EQ(r.num_tensors, 11);
-  const auto cfg = read_json_file(dir / "hf" / "config.json");
+  const auto cfg = io::read_json_file(dir / "hf" / "config.json");
   EXPECT_EQ(cfg["head_dim"], 4);
   EXPECT_EQ(cfg["num_key_value_heads"], 1);
   EXPECT_EQ(cfg["rope_theta"], 10000.0);  // GGUF default when freq_base is absent
   EXPECT_EQ(cfg["rms_norm_eps"], 1e-6);
   EXPECT_EQ(cfg["tie_word_embeddings"], true);
-  const auto m = SafetensorsModel::open(dir / "hf");
+  const auto m = io::SafetensorsModel::open(dir / "hf");
   EXPECT_EQ(m.info("model.layers.0.mlp.down_proj.weight").shape, (Shape{8, 16}));
   // q_proj [8, 8]: HF row h·4 + j·2 + i = GGUF row h·4 + 2i + j; GGUF element value = index.
   const Tensor q = m.tensor("model.layers.0.self_attn.q_proj.weight");
   EXPECT_EQ(q.f32()[1 * 8], 2 * 8.0f);  // HF row 1 (h0, j0, i1) <- GGUF row 2
   EXPECT_EQ(q.f32()[2 * 8], 1 * 8.0f);  // HF row 2 (h0, j1, i0) <- GGUF row 1
-  const auto tok = read_json_file(dir / "hf" / "tokenizer.json");
+  const auto tok = io::read_json_file(dir / "hf" / "tokenizer.json");
   EXPECT_EQ(tok["model"]["merges"][0], "a b");
   EXPECT_EQ(tok["added_tokens"][0]["content"], "<s>");
   for (const auto& e : fs::directory_iterator(dir.path())) {
@@ -129,7 +129,7 @@ TEST(ConvertGguf, ConvertsTinyLlama) {
   force.force = true;
   force.dtype = DType::kBF16;
   convert_gguf_to_hf(gguf, dir / "hf", force);
-  EXPECT_EQ(SafetensorsModel::open(dir / "hf").info("model.norm.weight").dtype, DType::kBF16);
+  EXPECT_EQ(io::SafetensorsModel::open(dir / "hf").info("model.norm.weight").dtype, DType::kBF16);
 }
 
 TEST(ConvertGguf, RefusesOtherArchitecturesWithoutOutput) {
@@ -150,4 +150,4 @@ TEST(ConvertGguf, RefusesOtherArchitecturesWithoutOutput) {
 }
 
 }  // namespace
-}  // namespace kvq::io
+}  // namespace kvq::model
