@@ -49,19 +49,10 @@ void register_compare(CLI::App& app) {
                   "Comma-separated schemes (default: " + names + "; also " + extra + ")");
   cmd->add_option("--calib-samples", a->eval.calib_samples, "GSM8K train samples to calibrate on")
       ->capture_default_str();
-  cmd->add_option("--text", a->eval.text,
-                  "Text of the PPL / KLD pass, read as raw bytes and tokenized whole (default: "
-                  "DATA/wikitext-2-raw/wiki.test.raw, reported as WikiText-2; another file is "
-                  "reported by its file name and cached apart)");
+  add_text_options(cmd, a->eval);
   cmd->add_option("--ctx", a->eval.ctx, "Text window length")->capture_default_str();
   cmd->add_option("--max-windows", a->eval.max_windows, "Text windows (0: all)")
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--kld", [a](const std::string& m) { a->eval.kld = eval::parse_kld_mode(m); },
-         "KLD against the baseline: topk (its top-K distributions cached once; a lower bound, "
-         "results.json has the upper bound) or exact (the full vocabulary; one more forward per "
-         "window)")
-      ->default_str("topk");
   cmd->add_option("--gsm8k-limit", a->eval.gsm8k_limit, "GSM8K test questions (0: skip)")
       ->capture_default_str();
   cmd->add_option("--gsm8k-batch", a->eval.gsm8k_batch,

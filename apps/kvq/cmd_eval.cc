@@ -99,6 +99,19 @@ void run_eval(EvalArgs a) {
 
 }  // namespace
 
+void add_text_options(CLI::App* cmd, eval::EvalOptions& options) {
+  cmd->add_option("--text", options.text,
+                  "Text of the PPL / KLD pass, read as raw bytes and tokenized whole (default: "
+                  "DATA/wikitext-2-raw/wiki.test.raw, reported as WikiText-2; another file is "
+                  "reported by its file name and cached apart)");
+  cmd->add_option_function<std::string>(
+         "--kld", [&options](const std::string& m) { options.kld = eval::parse_kld_mode(m); },
+         "KLD against the baseline: topk (its top-K distributions cached once; a lower bound, "
+         "the upper bound reported too) or exact (the full vocabulary; one more forward per "
+         "window)")
+      ->default_str("topk");
+}
+
 void register_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   a->eval.ctx = 2048;
@@ -117,16 +130,7 @@ void register_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--task", a->task, "wikitext2 (PPL on --text) | kld | gsm8k")
       ->capture_default_str();
-  cmd->add_option("--text", a->eval.text,
-                  "Text of the PPL / KLD tasks, read as raw bytes and tokenized whole (default: "
-                  "DATA/wikitext-2-raw/wiki.test.raw, reported as WikiText-2; another file is "
-                  "reported by its file name)");
-  cmd->add_option_function<std::string>(
-         "--kld", [a](const std::string& m) { a->eval.kld = eval::parse_kld_mode(m); },
-         "KLD against the baseline: topk (its top-K distributions cached once; a lower bound, "
-         "the upper bound reported too) or exact (the full vocabulary; one more forward per "
-         "window)")
-      ->default_str("topk");
+  add_text_options(cmd, a->eval);
   cmd->add_option("--ctx", a->eval.ctx, "Window length")->capture_default_str();
   cmd->add_option("--max-windows", a->eval.max_windows, "Windows (0: all)")->capture_default_str();
   cmd->add_option("--limit", a->limit, "GSM8K questions (0: all)")->capture_default_str();
