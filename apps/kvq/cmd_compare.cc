@@ -49,8 +49,9 @@ void register_compare(CLI::App& app) {
                   "Comma-separated schemes (default: " + names + "; also " + extra + ")");
   cmd->add_option("--calib-samples", a->eval.calib_samples, "GSM8K train samples to calibrate on")
       ->capture_default_str();
-  cmd->add_option("--ctx", a->eval.ctx, "WikiText-2 window length")->capture_default_str();
-  cmd->add_option("--max-windows", a->eval.max_windows, "WikiText-2 windows (0: all)")
+  add_text_options(cmd, a->eval);
+  cmd->add_option("--ctx", a->eval.ctx, "Text window length")->capture_default_str();
+  cmd->add_option("--max-windows", a->eval.max_windows, "Text windows (0: all)")
       ->capture_default_str();
   cmd->add_option("--gsm8k-limit", a->eval.gsm8k_limit, "GSM8K test questions (0: skip)")
       ->capture_default_str();

@@ -1,5 +1,6 @@
-// kvq eval: one task (WikiText-2 PPL, KLD vs the baseline, GSM8K) on one configuration — a recipe
-// calibrated here on GSM8K train — with the paired comparison to the unquantized model.
+// kvq eval: one task (PPL on a text, WikiText-2 test by default; KLD vs the baseline; GSM8K) on one
+// configuration — a recipe calibrated here on GSM8K train — with the paired comparison to the
+// unquantized model.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -25,19 +26,22 @@ struct EvalArgs {
   eval::EvalOptions eval;
 };
 
-void print_row(const eval::SchemeReport& r, const std::string& task, bool baseline) {
+void print_row(const eval::SchemeReport& r, const std::string& task, const std::string& text,
+               bool baseline) {
   if (task == "wikitext2") {
-    std::printf("%s: PPL %.4f [95%% CI %.4f, %.4f] over %lld tokens (%lld windows)\n",
+    std::printf("%s: PPL %.4f [95%% CI %.4f, %.4f] over %lld tokens (%lld windows) of %s\n",
                 r.scheme.c_str(), r.ppl, r.ppl_lo, r.ppl_hi, static_cast<long long>(r.ppl_tokens),
-                static_cast<long long>(r.ppl_windows));
+                static_cast<long long>(r.ppl_windows), text.c_str());
     if (!baseline)
       std::printf("  vs baseline: dPPL %+.4f [%+.4f, %+.4f], paired bootstrap p = %.4g %s\n",
                   r.dppl, r.dppl_lo, r.dppl_hi, r.dppl_p,
                   eval::significance_marker(r.dppl_p).c_str());
   } else if (task == "kld") {
-    std::printf("%s: KLD %.6f ± %.6f nats/token%s (upper bound %.6f), top-1 %.2f%% ± %.2f\n",
-                r.scheme.c_str(), r.kld, r.kld_se, r.kld_exact ? "" : " (top-K lower bound)",
-                r.kld_upper, 100 * r.top1, 100 * r.top1_se);
+    const std::string bound =
+        r.kld_exact ? " (exact)"
+                    : fmt::format(" (top-K lower bound; upper bound {:.6f})", r.kld_upper);
+    std::printf("%s: KLD %.6f ± %.6f nats/token%s, top-1 %.2f%% ± %.2f\n", r.scheme.c_str(), r.kld,
+                r.kld_se, bound.c_str(), 100 * r.top1, 100 * r.top1_se);
     if (!baseline)
       std::printf("  vs baseline: KLD > 0 paired bootstrap p = %.4g %s\n", r.kld_p,
                   eval::significance_marker(r.kld_p).c_str());
@@ -82,16 +86,31 @@ void run_eval(EvalArgs a) {
   if (a.json) {
     nlohmann::json j;
     j["task"] = a.task;
+    if (o.ppl_kld) j["text"] = eval::text_name(o);
     j["baseline"] = eval::to_json(base);
     j["scheme"] = eval::to_json(row);
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  print_row(base, a.task, true);
-  print_row(row, a.task, false);
+  const std::string text = eval::text_name(o);
+  print_row(base, a.task, text, true);
+  print_row(row, a.task, text, false);
 }
 
 }  // namespace
+
+void add_text_options(CLI::App* cmd, eval::EvalOptions& options) {
+  cmd->add_option("--text", options.text,
+                  "Text of the PPL / KLD pass, read as raw bytes and tokenized whole (default: "
+                  "DATA/wikitext-2-raw/wiki.test.raw, reported as WikiText-2; another file is "
+                  "reported by its file name and cached apart)");
+  cmd->add_option_function<std::string>(
+         "--kld", [&options](const std::string& m) { options.kld = eval::parse_kld_mode(m); },
+         "KLD against the baseline: topk (its top-K distributions cached once; a lower bound, "
+         "the upper bound reported too) or exact (the full vocabulary; one more forward per "
+         "window)")
+      ->default_str("topk");
+}
 
 void register_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
@@ -109,7 +128,9 @@ void register_eval(CLI::App& app) {
                   "its calibrated scales), or without --recipe FORMAT[:tensor|head] with dynamic "
                   "scales on the plain model (e.g. int8:head, nvfp4, fp8_e5m2)")
       ->capture_default_str();
-  cmd->add_option("--task", a->task, "wikitext2 | kld | gsm8k")->capture_default_str();
+  cmd->add_option("--task", a->task, "wikitext2 (PPL on --text) | kld | gsm8k")
+      ->capture_default_str();
+  add_text_options(cmd, a->eval);
   cmd->add_option("--ctx", a->eval.ctx, "Window length")->capture_default_str();
   cmd->add_option("--max-windows", a->eval.max_windows, "Windows (0: all)")->capture_default_str();
   cmd->add_option("--limit", a->limit, "GSM8K questions (0: all)")->capture_default_str();

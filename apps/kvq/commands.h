@@ -4,6 +4,10 @@
 
 #include <CLI/CLI.hpp>
 
+namespace kvq::eval {
+struct EvalOptions;
+}
+
 namespace kvq::cli {
 
 void register_convert(CLI::App& app);
@@ -14,5 +18,9 @@ void register_bench(CLI::App& app);
 void register_oneshot(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_compare(CLI::App& app);
+
+// --text and --kld of kvq eval and kvq compare (cmd_eval.cc); `options` must outlive `cmd`'s
+// parse.
+void add_text_options(CLI::App* cmd, eval::EvalOptions& options);
 
 }  // namespace kvq::cli

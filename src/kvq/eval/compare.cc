@@ -15,7 +15,7 @@
 #include "kvq/core/log.h"
 #include "kvq/core/strings.h"
 #include "kvq/eval/builtin_recipes.h"
-#include "kvq/eval/gsm8k.h"
+#include "kvq/eval/eval_task.h"
 #include "kvq/eval/kld.h"
 #include "kvq/eval/logits_cache.h"
 #include "kvq/eval/perplexity.h"
@@ -46,7 +46,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::optional<Json> read_json(const fs::path& p) {
+}  // namespace
+
+std::optional<Json> read_cache_json(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(p, ec)) return std::nullopt;
   try {
@@ -56,25 +58,16 @@ std::optional<Json> read_json(const fs::path& p) {
     return std::nullopt;
   }
 }
-void write_json(const fs::path& p, const Json& j) {
+void write_cache_json(const fs::path& p, const Json& j) {
   fs::create_directories(p.parent_path());
   io::write_file_atomic(p, j.dump(1));
 }
 
-// Per-window sums of a per-token series. values [tokens], scored [windows].
-std::vector<double> window_sums(std::span<const double> values,
-                                std::span<const std::int64_t> scored) {
-  std::vector<double> out;
-  std::size_t t = 0;
-  for (std::int64_t n : scored) {
-    double s = 0;
-    for (std::int64_t i = 0; i < n; ++i) s += values[t++];
-    out.push_back(s);
-  }
-  return out;
+KldMode parse_kld_mode(std::string_view name) {
+  if (name == "topk") return KldMode::kTopK;
+  if (name == "exact") return KldMode::kExact;
+  fail<InvalidArgument>("--kld must be topk or exact, got '{}'", name);
 }
-
-}  // namespace
 
 const std::vector<SchemeDef>& builtin_schemes() {
   // The recipes are examples/recipes/*.yaml, compiled in (builtin_recipes.h): what compare runs
@@ -144,6 +137,20 @@ fs::path wikitext_path(const fs::path& data_dir) {
   return p;
 }
 
+fs::path text_path(const EvalOptions& o) {
+  return o.text.empty() ? wikitext_path(o.data_dir) : o.text;
+}
+
+bool is_default_text(const EvalOptions& o) {
+  if (o.text.empty()) return true;
+  std::error_code ec;  // a missing file is not the default one
+  return fs::equivalent(o.text, o.data_dir / "wikitext-2-raw" / "wiki.test.raw", ec);
+}
+
+std::string text_name(const EvalOptions& o) {
+  return is_default_text(o) ? std::string("WikiText-2") : o.text.filename().string();
+}
+
 fs::path gsm8k_dir(const fs::path& data_dir) {
   const fs::path d = data_dir / "gsm8k";
   for (const char* f : {"train.jsonl", "test.jsonl"}) {
@@ -177,47 +184,9 @@ void compare_to_baseline(SchemeReport& row, const SchemeReport& base,
   }
 }
 
-namespace {
-
-// The WikiText-2 fields of the baseline's row from its own top-K cache: PPL from the cached NLLs
-// (summed per window in token order, as a pass sums them), KLD 0 and top-1 1 exactly (the same
-// model: the distributions are identical, so the bounds are 0 too).
-void baseline_from_cache(const LogitsCache& cache, SchemeReport& r) {
-  r.has_ppl = r.has_kld = true;
-  r.window_scored = cache.header().window_scored;
-  r.window_nll_sum.clear();
-  std::int64_t t = 0;
-  for (std::int64_t n : r.window_scored) {
-    double sum = 0.0;
-    for (std::int64_t i = 0; i < n; ++i) sum += cache.token(t++).nll;
-    r.window_nll_sum.push_back(sum);
-  }
-  r.ppl_windows = static_cast<std::int64_t>(r.window_scored.size());
-  r.ppl_tokens = cache.tokens();
-  const PerplexityCi ci = perplexity_ci(r.window_nll_sum, r.window_scored);
-  r.ppl = ci.ppl, r.ppl_lo = ci.lo, r.ppl_hi = ci.hi;
-  r.kld_exact = false;
-  r.kld = r.kld_se = r.kld_upper = 0.0;
-  r.top1 = 1.0, r.top1_se = 0.0;
-}
-
-// The WikiText-2 fields of a row (PPL, KLD, top-1 and the KLD test against the baseline).
-void copy_ppl_kld(const SchemeReport& from, SchemeReport& to) {
-  to.has_ppl = from.has_ppl, to.has_kld = from.has_kld;
-  to.ppl = from.ppl, to.ppl_lo = from.ppl_lo, to.ppl_hi = from.ppl_hi;
-  to.ppl_tokens = from.ppl_tokens, to.ppl_windows = from.ppl_windows;
-  to.kld_exact = from.kld_exact;
-  to.kld = from.kld, to.kld_se = from.kld_se, to.kld_upper = from.kld_upper, to.kld_p = from.kld_p;
-  to.top1 = from.top1, to.top1_se = from.top1_se;
-  to.window_nll_sum = from.window_nll_sum;
-  to.window_scored = from.window_scored;
-}
-
-}  // namespace
-
 struct Evaluator::Impl {
   runtime::ModelSource src;
-  std::vector<std::int32_t> tokens;  // WikiText-2 test, whole file
+  std::vector<std::int32_t> tokens;  // the text (--text), whole file
   std::optional<LogitsCache> base_logits;
   std::optional<SchemeReport> base_row;
   std::vector<lifecycle::CalibrationSample> calib;  // loaded on first use
@@ -229,8 +198,8 @@ Evaluator::Evaluator(EvalOptions options)
   plan_windows(2, o.ctx, o.ctx, o.max_windows);  // option checks before loading anything
   if (o.gsm8k_limit < 0) fail<InvalidArgument>("--gsm8k-limit must be >= 0");
   if (o.calib_samples < 1) fail<InvalidArgument>("--calib-samples must be >= 1");
-  fs::path wiki;
-  if (o.ppl_kld) wiki = wikitext_path(o.data_dir);
+  std::string text;  // read before the model is loaded: a bad --text fails fast
+  if (o.ppl_kld) text = io::read_file(text_path(o), "the --text file");
   if (o.gsm8k_limit > 0 || o.calib_samples > 0) gsm8k_dir(o.data_dir);
   impl_->src = runtime::open_model_source(o.model_dir, /*with_quantization=*/false,
                                           model::LoadOptions{o.weights});
@@ -240,8 +209,8 @@ Evaluator::Evaluator(EvalOptions options)
     model_hash_ = hash_str(fmt::format("{}|weights={}", hex(model_hash_), dtype_name(o.weights)));
   if (o.ppl_kld) {
     const auto t0 = std::chrono::steady_clock::now();
-    impl_->tokens = impl_->src.tokenizer->encode(io::read_file(wiki), false);
-    log::info("WikiText-2: {} tokens ({:.1f} s to tokenize)", impl_->tokens.size(),
+    impl_->tokens = impl_->src.tokenizer->encode(text, false);
+    log::info("{}: {} tokens ({:.1f} s to tokenize)", text_name(o), impl_->tokens.size(),
               seconds_since(t0));
   }
 }
@@ -254,19 +223,24 @@ namespace {
 // recipe, a checkpoint's in the model hash).
 const std::string& kv_key(const SchemeDef& scheme) { return scheme.kv_cache; }
 
-std::string options_key(std::uint64_t model_hash, const EvalOptions& o, const SchemeDef& scheme) {
-  const std::string s =
-      fmt::format("{}|{}|{}|ppl{}|ctx{}|w{}|k{}|g{}:{}|c{}:{}:{}|d{}:{}", hex(model_hash),
-                  kv_key(scheme), scheme.recipe, o.ppl_kld, o.ctx, o.max_windows, o.top_k,
-                  o.gsm8k_limit, o.gsm8k_max_new_tokens, o.calib_samples, o.calib_seq_len,
-                  o.calib_seed, o.decode_context, o.decode_steps);
-  return hex(hash_str(s));
-}
+// The calibration options enter the row key between the first two tasks' keys and the rest,
+// where they were before the task interface (so existing caches stay valid).
+constexpr std::size_t kTasksKeyedBeforeCalibration = 2;
 
 }  // namespace
 
-std::string Evaluator::row_key(const SchemeDef& scheme) const {
-  return options_key(model_hash_, options_, scheme);
+std::string Evaluator::row_key(const SchemeDef& scheme) const { return row_key(scheme, options_); }
+
+std::string Evaluator::row_key(const SchemeDef& scheme, const EvalOptions& o) const {
+  std::string s = fmt::format("{}|{}|{}", hex(model_hash_), kv_key(scheme), scheme.recipe);
+  const auto& tasks = eval_tasks();
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (i == kTasksKeyedBeforeCalibration)
+      s += fmt::format("|c{}:{}:{}", o.calib_samples, o.calib_seq_len, o.calib_seed);
+    s.push_back('|');  // appends only: GCC 12 reports a false -Wrestrict on "|" + string
+    s.append(tasks[i]->key(o));
+  }
+  return hex(hash_str(s));
 }
 
 std::string Evaluator::ppl_key(const SchemeDef& scheme) const {
@@ -275,7 +249,7 @@ std::string Evaluator::ppl_key(const SchemeDef& scheme) const {
   EvalOptions o = options_;
   o.gsm8k_limit = 0;
   o.decode_steps = 0;
-  return options_key(model_hash_, o, scheme);
+  return row_key(scheme, o);
 }
 
 std::string Evaluator::gsm8k_key(const SchemeDef& scheme) const {
@@ -292,40 +266,6 @@ std::filesystem::path Evaluator::cache_file(std::string_view part, const SchemeD
   return options_.cache_dir / fmt::format("{}-{}-{}{}", part, scheme.name, key, extension);
 }
 
-namespace {
-
-KldOptions kld_options(const EvalOptions& o) {
-  KldOptions k;
-  k.ctx = o.ctx;
-  k.stride = o.ctx;
-  k.max_windows = o.max_windows;
-  k.top_k = o.top_k;
-  k.progress = o.progress;
-  return k;
-}
-
-// Decode tokens/s: prefill `context` WikiText tokens into a cache of the given spec, then time
-// single-token forwards (median of 3 repeats of `steps` steps).
-double measure_decode(model::CausalLM& m, const model::KvCacheConfig& kv,
-                      std::span<const std::int32_t> text, std::int64_t context,
-                      std::int64_t steps) {
-  if (steps <= 0 || static_cast<std::int64_t>(text.size()) < context + steps) return 0.0;
-  model::KvCache cache = m.make_cache(1, context + steps, kv);
-  std::vector<double> rates;
-  for (int rep = 0; rep < 3; ++rep) {
-    cache.reset();
-    m.forward(text.subspan(0, static_cast<std::size_t>(context)), cache);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::int64_t i = 0; i < steps; ++i)
-      m.forward(text.subspan(static_cast<std::size_t>(context + i), 1), cache);
-    rates.push_back(static_cast<double>(steps) / seconds_since(t0));
-  }
-  std::sort(rates.begin(), rates.end());
-  return rates[1];
-}
-
-}  // namespace
-
 const SchemeReport& Evaluator::baseline() {
   if (impl_->base_row) return *impl_->base_row;
   const auto& o = options_;
@@ -333,27 +273,37 @@ const SchemeReport& Evaluator::baseline() {
   const std::string key = row_key(def);
   const fs::path row_file =
       o.cache_dir.empty() ? fs::path() : o.cache_dir / ("baseline-" + key + ".json");
-  if (o.ppl_kld) {
-    std::optional<fs::path> lp;
-    if (!o.cache_dir.empty()) {
-      fs::create_directories(o.cache_dir);
-      lp = o.cache_dir / ("baseline-logits-" + ppl_key(def) + ".bin");
-    }
-    log::info("baseline: top-{} distributions over {} windows of {}", o.top_k,
-              o.max_windows == 0 ? std::string("all") : std::to_string(o.max_windows), o.ctx);
-    impl_->base_logits =
-        build_logits_cache(*impl_->src.model, impl_->tokens, kld_options(o), model_hash_, lp);
-  }
+  if (o.ppl_kld) baseline_logits();
   if (!row_file.empty())
-    if (auto j = read_json(row_file)) {
+    if (auto j = read_cache_json(row_file)) {
       impl_->base_row = scheme_report_from_json(*j);
       log::info("baseline: reusing {}", row_file.string());
       return *impl_->base_row;
     }
   SchemeReport r = evaluate(def);
-  if (!row_file.empty()) write_json(row_file, to_json(r));
+  if (!row_file.empty()) write_cache_json(row_file, to_json(r));
   impl_->base_row = std::move(r);
   return *impl_->base_row;
+}
+
+const LogitsCache& Evaluator::baseline_logits() {
+  if (impl_->base_logits) return *impl_->base_logits;
+  const auto& o = options_;
+  std::optional<fs::path> lp;
+  if (!o.cache_dir.empty()) {
+    fs::create_directories(o.cache_dir);
+    // The top-K distributions do not depend on how they are compared later (--kld).
+    EvalOptions topk = o;
+    topk.gsm8k_limit = 0;
+    topk.decode_steps = 0;
+    topk.kld = KldMode::kTopK;
+    lp = o.cache_dir / ("baseline-logits-" + row_key(builtin_schemes().front(), topk) + ".bin");
+  }
+  log::info("baseline: top-{} distributions over {} windows of {}", o.top_k,
+            o.max_windows == 0 ? std::string("all") : std::to_string(o.max_windows), o.ctx);
+  impl_->base_logits =
+      build_logits_cache(*impl_->src.model, impl_->tokens, text_kld_options(o), model_hash_, lp);
+  return *impl_->base_logits;
 }
 
 namespace {
@@ -426,7 +376,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
         o.cache_dir.empty() ? fs::path() : o.cache_dir / ("calib-" + ckey + ".json");
     bool restored = false;
     if (!cfile.empty())
-      if (auto j = read_json(cfile)) restored = restore_scales(*lc, *j);
+      if (auto j = read_cache_json(cfile)) restored = restore_scales(*lc, *j);
     r.calib_samples = o.calib_samples;
     if (restored) {
       log::info("{}: reusing calibration {}", def.name, cfile.string());
@@ -446,7 +396,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
       r.calib_seconds = cr.seconds;
       log::info("{}: calibrated on {} samples ({} tokens) in {:.1f} s", def.name, cr.samples,
                 cr.tokens, cr.seconds);
-      if (!cfile.empty()) write_json(cfile, scales_json(*lc));
+      if (!cfile.empty()) write_cache_json(cfile, scales_json(*lc));
     }
   }
 
@@ -467,67 +417,16 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   r.kv_bytes_per_token = runtime::kv_bytes_per_token(m, model::KvCacheConfig::dynamic(stored));
 
   const auto t0 = std::chrono::steady_clock::now();
-  if (o.ppl_kld) {
-    // The PPL / KLD part is cached on its own, so a later run that adds GSM8K reuses it.
-    const fs::path part = cache_file("ppl", def, ppl_key(def), ".json");
-    if (auto j = part.empty() ? std::nullopt : read_json(part)) {
-      copy_ppl_kld(scheme_report_from_json(*j), r);
-      log::info("{}: reusing PPL / KLD {}", def.name, part.string());
-    } else if (is_base) {
-      // The baseline against itself: its row comes from the top-K cache built from it (the
-      // cached NLLs are the float64 values a pass computes), not from a second pass.
-      if (!impl_->base_logits)
-        impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
-      baseline_from_cache(*impl_->base_logits, r);
-      if (!part.empty()) write_json(part, to_json(r));
-    } else {
-      if (!impl_->base_logits)
-        impl_->base_logits = build_logits_cache(m, impl_->tokens, kld_options(o), model_hash_);
-      KldOptions ko = kld_options(o);
-      ko.quant_kv = kv;
-      // Finished windows are journaled, so an interruption loses at most the window in flight.
-      ko.resume_file = cache_file("kld-windows", def, ppl_key(def), ".jsonl");
-      const KldResult k = kld_against_cache(m, impl_->tokens, *impl_->base_logits, ko);
-      r.has_ppl = r.has_kld = true;
-      r.window_scored = k.window_scored;
-      r.window_nll_sum = window_sums(k.quant_nll, k.window_scored);
-      r.ppl_windows = k.windows;
-      r.ppl_tokens = k.tokens;
-      const PerplexityCi ci = perplexity_ci(r.window_nll_sum, r.window_scored);
-      r.ppl = ci.ppl, r.ppl_lo = ci.lo, r.ppl_hi = ci.hi;
-      r.kld_exact = k.exact;
-      r.kld = k.mean_kld, r.kld_se = k.kld_se, r.kld_upper = k.mean_kld_upper;
-      r.top1 = k.top1_agreement, r.top1_se = k.top1_se;
-      // The KLD test needs the per-window sums, which rows do not keep: run it now.
-      if (!is_base) compare_to_baseline(r, baseline(), window_sums(k.kld, k.window_scored));
-      if (!part.empty()) {
-        write_json(part, to_json(r));
-        std::error_code ignored;  // the part holds it all now; the journal only took space
-        fs::remove(ko.resume_file, ignored);
-      }
-    }
-  }
-  if (o.gsm8k_limit > 0) {
-    Gsm8kOptions g;
-    g.data_dir = gsm8k_dir(o.data_dir);
-    g.limit = o.gsm8k_limit;
-    g.max_new_tokens = o.gsm8k_max_new_tokens;
-    g.kv_cache = kv;
-    g.progress = o.progress;
-    g.batch = o.gsm8k_batch;
-    g.resume_file = cache_file("gsm8k", def, gsm8k_key(def), ".jsonl");
-    const Gsm8kResult gr = run_gsm8k(m, *impl_->src.tokenizer, g);
-    r.has_gsm8k = true;
-    r.gsm8k_n = static_cast<std::int64_t>(gr.records.size());
-    r.gsm8k = gr.flexible_extract.mean, r.gsm8k_se = gr.flexible_extract.se;
-    r.gsm8k_strict = gr.strict_match.mean, r.gsm8k_strict_se = gr.strict_match.se;
-    for (const auto& rec : gr.records)
-      r.gsm8k_correct.push_back(rec.score.flexible_correct ? 1 : 0);
-  }
-  if (o.decode_steps > 0 && !impl_->tokens.empty()) {
-    r.decode_context = o.decode_context;
-    r.decode_tok_s = measure_decode(m, kv, impl_->tokens, o.decode_context, o.decode_steps);
-  }
+  TaskContext context{.evaluator = *this,
+                      .model = m,
+                      .tokenizer = *impl_->src.tokenizer,
+                      .scheme = def,
+                      .kv = kv,
+                      .lifecycle = lc.get(),
+                      .text = impl_->tokens,
+                      .baseline = is_base ? nullptr : &baseline()};
+  for (const auto& task : eval_tasks())
+    if (task->enabled(o)) task->run(context, r);
   r.eval_seconds = seconds_since(t0);
   if (!is_base) compare_to_baseline(r, baseline(), {});  // ΔPPL, GSM8K (the KLD test ran above)
   return r;
@@ -583,6 +482,7 @@ CompareResult run_compare(const CompareOptions& options) {
   res.meta.max_windows = o.eval.max_windows;
   res.meta.calib_samples = o.eval.calib_samples;
   res.meta.gsm8k_limit = o.eval.gsm8k_limit;
+  res.meta.text = text_name(o.eval);
 
   std::vector<SchemeDef> schemes{builtin_schemes().front()};
   for (const auto& s : o.schemes)
@@ -590,7 +490,7 @@ CompareResult run_compare(const CompareOptions& options) {
   for (const auto& s : schemes) {
     const fs::path row_file = o.out_dir / "rows" / (s.name + "-" + ev.row_key(s) + ".json");
     std::optional<SchemeReport> row;
-    if (auto j = read_json(row_file)) {
+    if (auto j = read_cache_json(row_file)) {
       try {
         row = scheme_report_from_json(*j);
         log::info("{}: reusing {}", s.name, row_file.string());
@@ -601,7 +501,7 @@ CompareResult run_compare(const CompareOptions& options) {
     if (!row) {
       log::info("=== {} ===", s.name);
       row = s.name == schemes.front().name ? ev.baseline() : ev.evaluate(s);
-      write_json(row_file, to_json(*row));
+      write_cache_json(row_file, to_json(*row));
     }
     res.rows.push_back(*row);
   }
@@ -609,7 +509,7 @@ CompareResult run_compare(const CompareOptions& options) {
   res.results_json = o.out_dir / "results.json";
   Json j = compare_json(res.rows, res.meta);
   j["seconds"] = seconds_since(t0);
-  write_json(res.results_json, j);
+  write_cache_json(res.results_json, j);
   io::write_file_atomic(o.out_dir / "results.md", compare_markdown(res.rows, res.meta));
 
   const auto figure = write_scatter(quality_vs_bits_panels(res.rows), o.out_dir / "kld_vs_bits");

@@ -1,11 +1,12 @@
 // `kvq compare` / `kvq eval`: quantization schemes evaluated against the unquantized model.
 //
 // Per scheme: apply its recipe, calibrate q/k/v scales on GSM8K train (chat-formatted, observer
-// static_minmax, fixed shuffle seed), then measure with fake-quantized attention (the
-// reference semantics; the packed cache gives the same logits, see docs/numerics.md):
-// WikiText-2 PPL and KLD / top-1 against the baseline in one pass over the same windows (the
-// baseline's top-K distributions cached once), GSM8K accuracy (optional), KV bytes/token and
-// decode tokens/s with the packed KV cache of the scheme's format.
+// static_minmax, fixed shuffle seed), resolve the KV cache it runs with (a calibrated scheme's
+// packed cache, bit-identical to fake quantization, see docs/numerics.md), then run the eval
+// tasks (eval_task.h, one file each under eval/tasks/): the text pass — PPL on --text (WikiText-2
+// test by default) and KLD / top-1 against the baseline over the same windows (the baseline's
+// top-K distributions cached once, or --kld exact: the full ones) —, GSM8K accuracy (optional),
+// decode tokens/s; and KV bytes/token.
 //
 // Caching under OUT/cache (keys hash the model fingerprint and every option that changes the
 // result): calibrated scales per scheme, the baseline logits, each scheme's PPL / KLD part, its
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "kvq/core/dtype.h"
+#include "kvq/eval/logits_cache.h"
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/report.h"
 #include "kvq/quant/formats.h"
@@ -58,11 +60,23 @@ const SchemeDef& find_scheme(std::string_view name);
 // rejected.
 std::vector<SchemeDef> parse_scheme_list(std::string_view list);
 
+// How the text pass measures KL(baseline || scheme) (kld.h).
+enum class KldMode {
+  kTopK,   // against the baseline's cached top-K distributions: a lower bound (and an upper one)
+  kExact,  // against its full distributions, one baseline forward per window: the exact KL
+};
+// "topk" / "exact"; InvalidArgument naming the valid ones otherwise.
+KldMode parse_kld_mode(std::string_view name);
+
 struct EvalOptions {
   std::filesystem::path model_dir;
   std::filesystem::path data_dir;   // holds wikitext-2-raw/ and gsm8k/
   std::filesystem::path cache_dir;  // empty: no caching
-  bool ppl_kld = true;              // WikiText-2 PPL + KLD/top-1 pass
+  // The text of the PPL / KLD pass, read as raw bytes and tokenized whole; empty: WikiText-2
+  // test (data_dir/wikitext-2-raw/wiki.test.raw).
+  std::filesystem::path text;
+  bool ppl_kld = true;  // the text task: PPL + KLD/top-1 pass
+  KldMode kld = KldMode::kTopK;
   std::int64_t ctx = 512, max_windows = 8;
   std::int64_t top_k = 64;       // baseline distribution cache
   std::int64_t gsm8k_limit = 0;  // 0: GSM8K skipped
@@ -81,9 +95,17 @@ struct EvalOptions {
 // Paths of the data files (IoError naming the path and how to get it when missing).
 std::filesystem::path wikitext_path(const std::filesystem::path& data_dir);
 std::filesystem::path gsm8k_dir(const std::filesystem::path& data_dir);
+// The text of the PPL / KLD pass: options.text, or WikiText-2 test when empty (then IoError as
+// wikitext_path when missing).
+std::filesystem::path text_path(const EvalOptions& options);
+// Whether the text is WikiText-2 test (options.text empty or that file): its results keep the
+// cache keys they had before --text, and reports call it "WikiText-2".
+bool is_default_text(const EvalOptions& options);
+// The text's name in reports: "WikiText-2", else its file name.
+std::string text_name(const EvalOptions& options);
 
-// Holds the model (loaded once), the WikiText-2 tokens and the baseline row; evaluates schemes
-// one after another on the same model (each scheme's hooks are removed when it is done).
+// Holds the model (loaded once), the text's tokens and the baseline row; evaluates schemes one
+// after another on the same model (each scheme's hooks are removed when it is done).
 class Evaluator {
  public:
   explicit Evaluator(EvalOptions options);
@@ -91,24 +113,28 @@ class Evaluator {
 
   // Computed on first use, or read from the cache.
   const SchemeReport& baseline();
-  // Calibrates (or reuses cached scales) and evaluates a scheme; the baseline def returns
-  // baseline().
+  // Calibrates (or reuses cached scales) and runs the enabled eval tasks (eval_task.h) on a
+  // scheme; the baseline def returns baseline().
   SchemeReport evaluate(const SchemeDef& scheme);
+  // The baseline's top-K distributions over the text's windows (baseline() builds them, on the
+  // plain model, before any scheme's hooks are installed).
+  const LogitsCache& baseline_logits();
 
   const EvalOptions& options() const { return options_; }
   std::uint64_t model_hash() const { return model_hash_; }
-  // Hash of the options a scheme row depends on (with the scheme's recipe).
+  // Hash of the options a scheme row depends on (with the scheme's recipe): the model, the
+  // scheme, each task's key and the calibration options.
   std::string row_key(const SchemeDef& scheme) const;
+  std::string row_key(const SchemeDef& scheme, const EvalOptions& options) const;
   // Hashes of what the row's PPL / KLD part and its GSM8K answers depend on (each cached on its
   // own: a run that adds GSM8K or raises --gsm8k-limit reuses them).
   std::string ppl_key(const SchemeDef& scheme) const;
   std::string gsm8k_key(const SchemeDef& scheme) const;
-
- private:
   // OUT/cache/<part>-<scheme>-<key><extension>; empty without a cache directory.
   std::filesystem::path cache_file(std::string_view part, const SchemeDef& scheme,
                                    const std::string& key, std::string_view extension) const;
 
+ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   EvalOptions options_;

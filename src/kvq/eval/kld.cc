@@ -140,6 +140,100 @@ void push(KldResult& r, const TokenKl& t) {
   r.top1_match.push_back(t.top1_match ? 1 : 0);
 }
 
+// The per-token results of one window; kl_topk: KL_K per token (side by side only, else empty).
+struct WindowRows {
+  std::vector<TokenKl> rows;
+  std::vector<double> kl_topk;
+};
+
+// The resume journal's record of one finished window (KldOptions::resume_file).
+nlohmann::json window_record(std::int64_t window, const WindowRows& w) {
+  nlohmann::json j;
+  j["window"] = window;
+  auto& kl = j["kld"] = nlohmann::json::array();
+  auto& upper = j["kld_upper"] = nlohmann::json::array();
+  auto& base = j["base_nll"] = nlohmann::json::array();
+  auto& quant = j["quant_nll"] = nlohmann::json::array();
+  auto& top1 = j["top1"] = nlohmann::json::array();
+  for (const TokenKl& t : w.rows) {
+    kl.push_back(t.kl);
+    upper.push_back(t.kl_upper);
+    base.push_back(t.base_nll);
+    quant.push_back(t.quant_nll);
+    top1.push_back(t.top1_match ? 1 : 0);
+  }
+  if (!w.kl_topk.empty()) j["kld_topk"] = w.kl_topk;
+  return j;
+}
+
+// Windows finished in the journal at `path`: {window: its rows}. A record whose window or length
+// does not fit these windows, that lacks kld_topk when `with_topk`, or with a non-finite value
+// (JSON null), is skipped: it runs again.
+std::map<std::int64_t, WindowRows> read_window_records(const std::filesystem::path& path,
+                                                       const std::vector<PerplexityWindow>& windows,
+                                                       bool with_topk) {
+  std::map<std::int64_t, WindowRows> out;
+  std::int64_t skipped = 0;
+  for (const nlohmann::json& j : io::read_jsonl_journal(path)) {
+    try {
+      const auto wi = j.at("window").get<std::int64_t>();
+      if (wi < 0 || wi >= static_cast<std::int64_t>(windows.size())) {
+        ++skipped;
+        continue;
+      }
+      const auto n = static_cast<std::size_t>(windows[static_cast<std::size_t>(wi)].scored());
+      const auto kl = j.at("kld").get<std::vector<double>>();
+      const auto upper = j.at("kld_upper").get<std::vector<double>>();
+      const auto base = j.at("base_nll").get<std::vector<double>>();
+      const auto quant = j.at("quant_nll").get<std::vector<double>>();
+      const auto top1 = j.at("top1").get<std::vector<int>>();
+      WindowRows w;
+      if (with_topk) w.kl_topk = j.at("kld_topk").get<std::vector<double>>();
+      if (kl.size() != n || upper.size() != n || base.size() != n || quant.size() != n ||
+          top1.size() != n || (with_topk && w.kl_topk.size() != n)) {
+        ++skipped;
+        continue;
+      }
+      w.rows.resize(n);
+      for (std::size_t i = 0; i < n; ++i)
+        w.rows[i] = TokenKl{kl[i], upper[i], base[i], quant[i], top1[i] != 0};
+      out[wi] = std::move(w);
+    } catch (const nlohmann::json::exception&) {  // a missing field, or null for a NaN
+      ++skipped;
+    }
+  }
+  if (skipped > 0)
+    log::warn("{}: skipped {} record(s) that do not fit these windows", path.string(), skipped);
+  return out;
+}
+
+// A driver's resume state: the windows found in the journal, and the journal the others are
+// appended to as they finish.
+class WindowResume {
+ public:
+  WindowResume(const KldOptions& o, const std::vector<PerplexityWindow>& windows, bool with_topk) {
+    if (o.resume_file.empty()) return;
+    done_ = read_window_records(o.resume_file, windows, with_topk);
+    if (!done_.empty())
+      log::info("kld: {} of {} windows reused from {}", done_.size(), windows.size(),
+                o.resume_file.string());
+    if (done_.size() < windows.size()) journal_.emplace(o.resume_file);
+  }
+  // The journaled rows of window `wi` (moved out), or nullopt: run it.
+  std::optional<WindowRows> take(std::size_t wi) {
+    auto it = done_.find(static_cast<std::int64_t>(wi));
+    if (it == done_.end()) return std::nullopt;
+    return std::move(it->second);
+  }
+  void record(std::size_t wi, const WindowRows& w) {
+    if (journal_) journal_->append(window_record(static_cast<std::int64_t>(wi), w));
+  }
+
+ private:
+  std::map<std::int64_t, WindowRows> done_;
+  std::optional<io::JsonlJournal> journal_;
+};
+
 }  // namespace
 
 TokenKl token_kl_full(std::span<const float> base_logits, std::span<const float> quant_logits,
@@ -265,36 +359,51 @@ KldResult kld_side_by_side(model::CausalLM& base, model::CausalLM& quant,
   const auto t0 = std::chrono::steady_clock::now();
   const auto chunk = static_cast<std::size_t>(options.logits_chunk);
   std::vector<float> lb(chunk * static_cast<std::size_t>(vocab)), lq(lb.size());  // [chunk, vocab]
-  std::vector<TokenKl> rows_out(chunk);
-  std::vector<double> rows_topk(chunk);
+  WindowResume resume(options, windows, /*with_topk=*/true);
+  WindowRows out;  // [window's scored] each
   double topk_sum = 0.0;
-  for (const auto& w : windows) {
-    const Tensor hb = window_hidden(base, tokens, w, options.base_kv);
-    const Tensor hq =
-        window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
-    std::vector<float> unused;
-    for_each_chunk(base, hb, w, options.logits_chunk, lb, [&](std::int64_t r0, std::int64_t rows) {
-      const std::int64_t hid = quant.config().hidden_size;
-      quant.compute_logits(hq.f32() + (w.score_begin - w.begin - 1 + r0) * hid, rows, lq.data());
+  for (std::size_t wi = 0; wi < windows.size(); ++wi) {
+    const auto& w = windows[wi];
+    if (auto done = resume.take(wi)) {
+      out = std::move(*done);
+    } else {
+      out.rows.assign(static_cast<std::size_t>(w.scored()), TokenKl{});
+      out.kl_topk.assign(out.rows.size(), 0.0);
+      if (options.select_side) options.select_side(false);
+      const Tensor hb = window_hidden(base, tokens, w, options.base_kv);
+      if (options.select_side) options.select_side(true);
+      const Tensor hq =
+          window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
+      for_each_chunk(
+          base, hb, w, options.logits_chunk, lb, [&](std::int64_t r0, std::int64_t rows) {
+            const std::int64_t hid = quant.config().hidden_size;
+            quant.compute_logits(hq.f32() + (w.score_begin - w.begin - 1 + r0) * hid, rows,
+                                 lq.data());
 #pragma omp parallel for schedule(dynamic, 8) if (rows * vocab >= kParallelMin)
-      for (std::int64_t i = 0; i < rows; ++i) {
-        const auto u = static_cast<std::size_t>(i);
-        const std::span<const float> pb(lb.data() + u * vocab, static_cast<std::size_t>(vocab));
-        const std::span<const float> pq(lq.data() + u * vocab, static_cast<std::size_t>(vocab));
-        const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
-        rows_out[u] = token_kl_full(pb, pq, target);
-        std::vector<std::int32_t> ids(static_cast<std::size_t>(k));
-        std::vector<float> logp(static_cast<std::size_t>(k));
-        float log_rest = 0.0f;
-        double nll = 0.0;
-        topk_summary(pb, target, k, ids, logp, log_rest, nll);
-        rows_topk[u] = token_kl_topk({nll, log_rest, ids, logp}, pq, target).kl;
-      }
-      for (std::int64_t i = 0; i < rows; ++i) {  // serial, in order: thread-count independent
-        push(r, rows_out[static_cast<std::size_t>(i)]);
-        topk_sum += rows_topk[static_cast<std::size_t>(i)];
-      }
-    });
+            for (std::int64_t i = 0; i < rows; ++i) {
+              const auto u = static_cast<std::size_t>(i);
+              const auto o = static_cast<std::size_t>(r0 + i);
+              const std::span<const float> pb(lb.data() + u * vocab,
+                                              static_cast<std::size_t>(vocab));
+              const std::span<const float> pq(lq.data() + u * vocab,
+                                              static_cast<std::size_t>(vocab));
+              const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
+              out.rows[o] = token_kl_full(pb, pq, target);
+              std::vector<std::int32_t> ids(static_cast<std::size_t>(k));
+              std::vector<float> logp(static_cast<std::size_t>(k));
+              float log_rest = 0.0f;
+              double nll = 0.0;
+              topk_summary(pb, target, k, ids, logp, log_rest, nll);
+              out.kl_topk[o] = token_kl_topk({nll, log_rest, ids, logp}, pq, target).kl;
+            }
+          });
+      resume.record(wi, out);
+    }
+    for (std::size_t i = 0; i < out.rows.size();
+         ++i) {  // serial, in order: thread-count independent
+      push(r, out.rows[i]);
+      topk_sum += out.kl_topk[i];
+    }
     r.window_scored.push_back(w.scored());
     bar.advance(w.end - w.begin);
   }
@@ -378,66 +487,6 @@ LogitsCache build_logits_cache(model::CausalLM& base, std::span<const std::int32
   return out;
 }
 
-namespace {
-
-// The resume journal's record of one finished window (KldOptions::resume_file).
-nlohmann::json window_record(std::int64_t window, std::span<const TokenKl> rows) {
-  nlohmann::json j;
-  j["window"] = window;
-  auto& kl = j["kld"] = nlohmann::json::array();
-  auto& upper = j["kld_upper"] = nlohmann::json::array();
-  auto& base = j["base_nll"] = nlohmann::json::array();
-  auto& quant = j["quant_nll"] = nlohmann::json::array();
-  auto& top1 = j["top1"] = nlohmann::json::array();
-  for (const TokenKl& t : rows) {
-    kl.push_back(t.kl);
-    upper.push_back(t.kl_upper);
-    base.push_back(t.base_nll);
-    quant.push_back(t.quant_nll);
-    top1.push_back(t.top1_match ? 1 : 0);
-  }
-  return j;
-}
-
-// Windows finished in the journal at `path`: {window: its rows}. A record whose window or length
-// does not fit these windows, or with a non-finite value (JSON null), is skipped: it runs again.
-std::map<std::int64_t, std::vector<TokenKl>> read_window_records(
-    const std::filesystem::path& path, const std::vector<PerplexityWindow>& windows) {
-  std::map<std::int64_t, std::vector<TokenKl>> out;
-  std::int64_t skipped = 0;
-  for (const nlohmann::json& j : io::read_jsonl_journal(path)) {
-    try {
-      const auto wi = j.at("window").get<std::int64_t>();
-      if (wi < 0 || wi >= static_cast<std::int64_t>(windows.size())) {
-        ++skipped;
-        continue;
-      }
-      const auto n = static_cast<std::size_t>(windows[static_cast<std::size_t>(wi)].scored());
-      const auto kl = j.at("kld").get<std::vector<double>>();
-      const auto upper = j.at("kld_upper").get<std::vector<double>>();
-      const auto base = j.at("base_nll").get<std::vector<double>>();
-      const auto quant = j.at("quant_nll").get<std::vector<double>>();
-      const auto top1 = j.at("top1").get<std::vector<int>>();
-      if (kl.size() != n || upper.size() != n || base.size() != n || quant.size() != n ||
-          top1.size() != n) {
-        ++skipped;
-        continue;
-      }
-      std::vector<TokenKl> rows(n);
-      for (std::size_t i = 0; i < n; ++i)
-        rows[i] = TokenKl{kl[i], upper[i], base[i], quant[i], top1[i] != 0};
-      out[wi] = std::move(rows);
-    } catch (const nlohmann::json::exception&) {  // a missing field, or null for a NaN
-      ++skipped;
-    }
-  }
-  if (skipped > 0)
-    log::warn("{}: skipped {} record(s) that do not fit these windows", path.string(), skipped);
-  return out;
-}
-
-}  // namespace
-
 KldResult kld_against_cache(model::CausalLM& quant, std::span<const std::int32_t> tokens,
                             const LogitsCache& cache, const KldOptions& options) {
   check_options(options);
@@ -450,15 +499,7 @@ KldResult kld_against_cache(model::CausalLM& quant, std::span<const std::int32_t
         "top_k or vocab; rebuild it");
   }
   const auto windows = windows_for(tokens, options);
-  std::map<std::int64_t, std::vector<TokenKl>> done;
-  std::optional<io::JsonlJournal> journal;
-  if (!options.resume_file.empty()) {
-    done = read_window_records(options.resume_file, windows);
-    if (!done.empty())
-      log::info("kld: {} of {} windows reused from {}", done.size(), windows.size(),
-                options.resume_file.string());
-    if (done.size() < windows.size()) journal.emplace(options.resume_file);
-  }
+  WindowResume resume(options, windows, /*with_topk=*/false);
   KldResult r;
   r.exact = false;
   std::int64_t total = 0;
@@ -467,14 +508,14 @@ KldResult kld_against_cache(model::CausalLM& quant, std::span<const std::int32_t
   const auto t0 = std::chrono::steady_clock::now();
   const auto chunk = static_cast<std::size_t>(options.logits_chunk);
   std::vector<float> logits(chunk * static_cast<std::size_t>(vocab));  // [chunk, vocab]
-  std::vector<TokenKl> rows_out;                                       // [window's scored]
+  WindowRows out;                                                      // [window's scored]
   std::int64_t record = 0;
   for (std::size_t wi = 0; wi < windows.size(); ++wi) {
     const auto& w = windows[wi];
-    if (auto it = done.find(static_cast<std::int64_t>(wi)); it != done.end()) {
-      rows_out = std::move(it->second);
+    if (auto done = resume.take(wi)) {
+      out = std::move(*done);
     } else {
-      rows_out.resize(static_cast<std::size_t>(w.scored()));
+      out.rows.resize(static_cast<std::size_t>(w.scored()));
       const Tensor h =
           window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
       for_each_chunk(
@@ -483,16 +524,16 @@ KldResult kld_against_cache(model::CausalLM& quant, std::span<const std::int32_t
             for (std::int64_t i = 0; i < rows; ++i) {
               const auto u = static_cast<std::size_t>(i);
               const std::int32_t target = tokens[static_cast<std::size_t>(w.score_begin + r0 + i)];
-              rows_out[static_cast<std::size_t>(r0 + i)] =
+              out.rows[static_cast<std::size_t>(r0 + i)] =
                   token_kl_topk(cache.token(record + r0 + i),
                                 std::span<const float>(logits.data() + u * vocab,
                                                        static_cast<std::size_t>(vocab)),
                                 target);
             }
           });
-      if (journal) journal->append(window_record(static_cast<std::int64_t>(wi), rows_out));
+      resume.record(wi, out);
     }
-    for (const TokenKl& t : rows_out) push(r, t);
+    for (const TokenKl& t : out.rows) push(r, t);
     record += w.scored();
     r.window_scored.push_back(w.scored());
     bar.advance(w.end - w.begin);

@@ -13,8 +13,10 @@
 //
 // Two ways to get P:
 //   exact (kld_side_by_side): both models run on each window in the same process and the full
-//     distributions are compared. Exact; costs one extra forward per window. The default: for
-//     a model that fits twice in memory this is cheap.
+//     distributions are compared. Exact; costs one extra forward per window. The two sides may
+//     be one model whose quantization is switched per side (KldOptions::select_side): `kvq
+//     compare --kld exact` runs each window with the scheme's hooks off and a plain f32 cache,
+//     then with them on and the scheme's cache.
 //   cached (build_logits_cache + kld_against_cache): P is computed once and stored as top-K
 //     (logits_cache.h). Top-1 and the baseline NLL are exact. The KL is approximated by merging
 //     the tokens outside P's top-K set S into one bucket:
@@ -58,11 +60,15 @@ struct KldOptions {
   model::KvCacheConfig base_kv, quant_kv;
   // Called on every fresh quantized-side cache (tests count the windows run with it).
   std::function<void(model::KvCache&)> prepare_quant_cache;
+  // kld_side_by_side: called with false before each window's baseline forward and with true
+  // before its quantized one (the last call), so one model can be both sides, e.g.
+  // QuantizationLifecycle::set_quantization_enabled. Empty: not called.
+  std::function<void(bool quantized)> select_side;
   bool progress = true;
-  // kld_against_cache only: a journal (io/jsonl_journal.h) of the windows finished, one record
-  // each with its per-token results (float64, exact round trip). Windows found there are not
-  // evaluated again, so an interrupted run resumes. The caller names the file after everything
-  // the results depend on (model, scheme, windows, cache). Empty: none.
+  // A journal (io/jsonl_journal.h) of the windows finished, one record each with its per-token
+  // results (float64, exact round trip). Windows found there are not evaluated again, so an
+  // interrupted run resumes. The caller names the file after everything the results depend on
+  // (model, scheme, windows, cache, which driver). Empty: none.
   std::filesystem::path resume_file;
 };
 

@@ -90,9 +90,9 @@ std::string gsm8k_cell(const SchemeReport& r, bool baseline) {
 std::string compare_markdown(const std::vector<SchemeReport>& rows, const CompareMeta& meta) {
   std::string out;
   out += fmt::format(
-      "kvq compare: {} — WikiText-2 ctx {}, {} windows; calibration {} GSM8K-train samples; "
+      "kvq compare: {} — {} ctx {}, {} windows; calibration {} GSM8K-train samples; "
       "GSM8K {} questions\n\n",
-      meta.model, meta.ctx,
+      meta.model, meta.text, meta.ctx,
       meta.max_windows == 0 ? std::string("all") : std::to_string(meta.max_windows),
       meta.calib_samples,
       meta.gsm8k_limit == 0 ? std::string("0 (skipped)") : std::to_string(meta.gsm8k_limit));
@@ -108,14 +108,21 @@ std::string compare_markdown(const std::vector<SchemeReport>& rows, const Compar
                        top1_cell(r), format_number(r.kv_bits_per_value, 1), r.kv_bytes_per_token,
                        r.decode_tok_s > 0 ? format_number(r.decode_tok_s, 1) : std::string("–"));
   }
-  bool any_cached = false;
-  for (const auto& r : rows) any_cached |= r.has_kld && !r.kld_exact && r.scheme != "baseline";
+  bool any_cached = false, any_exact = false;
+  for (const auto& r : rows) {
+    if (!r.has_kld || r.scheme == "baseline") continue;
+    (r.kld_exact ? any_exact : any_cached) = true;
+  }
+  std::string kld_note;
+  if (any_cached)
+    kld_note +=
+        " KLD against the top-K cached baseline distribution (a lower bound; "
+        "results.json has the upper bound).";
+  if (any_exact) kld_note += " KLD over the full vocabulary (exact, --kld exact).";
   out += fmt::format(
       "\n`*`: differs from the baseline at the 5% level (paired bootstrap over windows for "
       "ΔPPL and KLD, exact McNemar for GSM8K).{}\n",
-      any_cached ? " KLD against the top-K cached baseline distribution (a lower bound; "
-                   "results.json has the upper bound)."
-                 : "");
+      kld_note);
   const auto ranking = rank_by_ppl(rows);
   if (ranking.size() >= 2) {
     out +=
@@ -239,6 +246,7 @@ SchemeReport scheme_report_from_json(const nlohmann::json& j) {
 nlohmann::json compare_json(const std::vector<SchemeReport>& rows, const CompareMeta& meta) {
   nlohmann::json j;
   j["model"] = meta.model;
+  j["text"] = meta.text;
   j["options"] = {{"ctx", meta.ctx},
                   {"max_windows", meta.max_windows},
                   {"calib_samples", meta.calib_samples},

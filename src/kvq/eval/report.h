@@ -22,7 +22,8 @@ struct SchemeReport {
   double kv_bits_per_value = 0;         // in-row block scales included (nvfp4: 4.5)
   std::int64_t kv_bytes_per_token = 0;  // K + V, all layers, one sequence
 
-  // WikiText-2 perplexity (windows of `ctx`), 95% bootstrap CI over windows.
+  // Perplexity on the text (--text; WikiText-2 test by default; JSON "wikitext2" whatever the
+  // text) over windows of `ctx`, 95% bootstrap CI over windows.
   bool has_ppl = false;
   double ppl = 0, ppl_lo = 0, ppl_hi = 0;
   std::int64_t ppl_tokens = 0, ppl_windows = 0;
@@ -33,7 +34,8 @@ struct SchemeReport {
   // KL(baseline || scheme) per token (nats), its stderr over tokens, p of mean KLD > 0 (paired
   // bootstrap over windows against zero); top-1 agreement with the baseline and its stderr.
   bool has_kld = false;
-  bool kld_exact = false;  // false: top-K cached baseline, `kld` is a lower bound
+  bool kld_exact = false;  // true: full distributions (--kld exact); false: top-K cached
+                           // baseline, `kld` is a lower bound and `kld_upper` an upper one
   double kld = 0, kld_se = 0, kld_upper = 0, kld_p = 1;
   double top1 = 0, top1_se = 0;
 
@@ -84,6 +86,7 @@ std::vector<RankStep> rank_by_ppl(const std::vector<SchemeReport>& rows);
 struct CompareMeta {
   std::string model;
   std::int64_t ctx = 0, max_windows = 0, calib_samples = 0, gsm8k_limit = 0;
+  std::string text = "WikiText-2";  // the PPL / KLD text's name (eval::text_name)
 };
 
 // The Markdown report: a header line, the table, a footnote on the markers, and (with two or

@@ -13,7 +13,10 @@
 #include "kvq/core/threading.h"
 #include "kvq/eval/logits_cache.h"
 #include "kvq/eval/stats.h"
+#include "kvq/lifecycle/apply.h"
+#include "kvq/lifecycle/calibrate.h"
 #include "kvq/model/causal_lm.h"
+#include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
 
 namespace kvq::eval {
@@ -180,6 +183,24 @@ TEST(LogitsCacheFile, PartialWithOtherHeaderStartsOver) {
   EXPECT_EQ(w.windows_done(), 0);
 }
 
+std::vector<std::string> journal_lines(const std::filesystem::path& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Every per-token value bit for bit.
+void expect_same_tokens(const KldResult& a, const KldResult& b) {
+  EXPECT_EQ(a.kld, b.kld);
+  EXPECT_EQ(a.kld_upper, b.kld_upper);
+  EXPECT_EQ(a.base_nll, b.base_nll);
+  EXPECT_EQ(a.quant_nll, b.quant_nll);
+  EXPECT_EQ(a.top1_match, b.top1_match);
+  EXPECT_EQ(a.window_scored, b.window_scored);
+  EXPECT_EQ(a.mean_kld, b.mean_kld);
+}
+
 class TinyKld : public ::testing::Test {
  protected:
   // One thread: on a 64-wide model parallel regions cost more than they save, and on a loaded
@@ -272,11 +293,7 @@ TEST_F(TinyKld, ResumesFromTheWindowJournalBitForBit) {
   // Keep windows 0 and 2, plant a record of the wrong length for window 1 and cut the last line
   // short, as an interruption would: only windows 1 and 3 run again, and every per-token value
   // comes out bit for bit as in the fresh run.
-  std::vector<std::string> lines;
-  {
-    std::ifstream in(o.resume_file);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-  }
+  const std::vector<std::string> lines = journal_lines(o.resume_file);
   ASSERT_EQ(lines.size(), 4u);
   {
     std::ofstream out(o.resume_file, std::ios::binary | std::ios::trunc);
@@ -288,19 +305,88 @@ TEST_F(TinyKld, ResumesFromTheWindowJournalBitForBit) {
   windows_run = 0;
   const KldResult resumed = kld_against_cache(*model_, tokens_, cache, o);
   EXPECT_EQ(windows_run, 2);
-  EXPECT_EQ(resumed.kld, fresh.kld);
-  EXPECT_EQ(resumed.kld_upper, fresh.kld_upper);
-  EXPECT_EQ(resumed.base_nll, fresh.base_nll);
-  EXPECT_EQ(resumed.quant_nll, fresh.quant_nll);
-  EXPECT_EQ(resumed.top1_match, fresh.top1_match);
-  EXPECT_EQ(resumed.window_scored, fresh.window_scored);
-  EXPECT_EQ(resumed.mean_kld, fresh.mean_kld);
+  expect_same_tokens(resumed, fresh);
 
   // Everything is journaled now: a third run computes nothing.
   windows_run = 0;
   const KldResult again = kld_against_cache(*model_, tokens_, cache, o);
   EXPECT_EQ(windows_run, 0);
   EXPECT_EQ(again.kld, fresh.kld);
+}
+
+// One model as both sides (KldOptions::select_side, what `kvq compare --kld exact` does): the
+// scheme's hooks switched off for each window's baseline forward. Off, the hooked model is the
+// plain one bit for bit; on for the quantized side, the exact KL lies between the top-K bounds of
+// the plain model's cache, token by token.
+TEST_F(TinyKld, SelectSideMakesOneModelBothSides) {
+  const LogitsCache plain = build_logits_cache(*model_, tokens_, options_, 7);  // no hooks yet
+  const KldResult plain_self = kld_against_cache(*model_, tokens_, plain, options_);
+  auto lc = lifecycle::apply_quantization_config(
+      *model_, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" /
+                                  "attn_fp8_head_static_minmax.yaml"));  // q, k and v
+  std::vector<lifecycle::CalibrationSample> samples(3);
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    samples[i].tokens.assign(tokens_.begin() + static_cast<std::ptrdiff_t>(20 * i),
+                             tokens_.begin() + static_cast<std::ptrdiff_t>(20 * i + 32));
+  lifecycle::calibrate(*lc, samples, {.show_progress = false});
+
+  KldOptions o = options_;
+  std::vector<bool> sides;
+  o.select_side = [&](bool quantized) {
+    sides.push_back(quantized);
+    lc->set_quantization_enabled(quantized);
+  };
+  const KldResult exact = kld_side_by_side(*model_, *model_, tokens_, o);
+  ASSERT_EQ(sides.size(), 8u);  // per window: off for the baseline, then on
+  EXPECT_FALSE(sides[6]);
+  EXPECT_TRUE(sides[7]);
+  EXPECT_EQ(exact.base_nll, plain_self.base_nll);
+  EXPECT_GT(exact.mean_kld, 0.0);
+  const KldResult bounds = kld_against_cache(*model_, tokens_, plain, options_);  // hooks on
+  EXPECT_EQ(bounds.quant_nll, exact.quant_nll);
+  ASSERT_EQ(bounds.kld.size(), exact.kld.size());
+  for (std::size_t i = 0; i < exact.kld.size(); ++i) {
+    // Slack: the cached log-probs are rounded to float32 (~1e-7 relative).
+    EXPECT_LE(bounds.kld[i], exact.kld[i] + 1e-6) << i;
+    EXPECT_GE(bounds.kld_upper[i], exact.kld[i] - 1e-6) << i;
+  }
+  EXPECT_LT(bounds.mean_kld, exact.mean_kld);  // top_k 8 of 256: the tail term is real
+
+  // Off on both sides: a scheme against itself as the baseline, exactly 0.
+  o.select_side = [&](bool) { lc->set_quantization_enabled(false); };
+  const KldResult off = kld_side_by_side(*model_, *model_, tokens_, o);
+  EXPECT_EQ(off.mean_kld, 0.0);
+  EXPECT_EQ(off.max_kld, 0.0);
+  EXPECT_EQ(off.top1_agreement, 1.0);
+}
+
+// kld_side_by_side journals its windows (with their KL_K) as kld_against_cache does.
+TEST_F(TinyKld, SideBySideResumesFromItsJournal) {
+  KldOptions o = options_;
+  o.quant_kv = model::KvCacheConfig::of(quant::KvFormat::kF16);
+  const KldResult fresh = kld_side_by_side(*model_, *model_, tokens_, o);
+  test::TempDir dir;
+  o.resume_file = dir / "exact-windows.jsonl";
+  int windows_run = 0;
+  o.prepare_quant_cache = [&](model::KvCache&) { ++windows_run; };
+  const KldResult journaled = kld_side_by_side(*model_, *model_, tokens_, o);
+  EXPECT_EQ(windows_run, 4);
+  EXPECT_EQ(journaled.kld, fresh.kld);
+
+  const std::vector<std::string> lines = journal_lines(o.resume_file);
+  ASSERT_EQ(lines.size(), 4u);
+  {
+    std::ofstream out(o.resume_file, std::ios::binary | std::ios::trunc);
+    out << lines[0] << "\n" << lines[1] << "\n" << lines[3] << "\n";
+    // A top-K driver's record (no kld_topk) for window 2 is not taken.
+    out << R"({"window":2,"kld":[0],"kld_upper":[0],"base_nll":[0],"quant_nll":[0],"top1":[1]})"
+        << "\n";
+  }
+  windows_run = 0;
+  const KldResult resumed = kld_side_by_side(*model_, *model_, tokens_, o);
+  EXPECT_EQ(windows_run, 1);
+  expect_same_tokens(resumed, fresh);
+  EXPECT_EQ(resumed.mean_kld_topk, fresh.mean_kld_topk);
 }
 
 }  // namespace
