@@ -7,6 +7,9 @@
 //                       head_dim 64) over the packed cache of every KvFormat, GB/s of packed K+V
 //                       read, contexts 512 / 2K / 8K / 16K, cache cycled over > 256 MiB (> L3)
 //   BM_StreamRead       streaming read bandwidth (the ceiling) measured in the same run
+//   BM_Hadamard         the Walsh–Hadamard rotation of one token's rows in place (head_dim 64 /
+//                       128 / 256; 9 rows = SmolLM2's query heads, 3 = its KV heads), ns per
+//                       call, at the dispatched level (BM_HadamardRef: the scalar reference)
 //   BM_ModelPrefill512 / BM_ModelDecode128: the whole forward on a random-weight model with the
 //                       default model's shapes; GFLOP/s of the weight matmuls / GB/s of weights.
 // Use --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for min/median/max.
@@ -20,8 +23,10 @@
 
 #include "kvq/core/dtype.h"
 #include "kvq/kernels/cpu/attention.h"
+#include "kvq/kernels/cpu/hadamard.h"
 #include "kvq/kernels/cpu/kv_row_kernels.h"
 #include "kvq/kernels/cpu/linear.h"
+#include "kvq/kernels/ref/hadamard_ref.h"
 #include "kvq/model/causal_lm.h"
 #include "kvq/quant/formats.h"
 
@@ -243,6 +248,30 @@ BENCHMARK(BM_StreamRead)
     ->ComputeStatistics("max", max_of)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Args: head_dim n, rows. The rows are transformed again each iteration (the transform is
+// orthonormal, so the values neither grow nor shrink).
+template <void (*Transform)(float*, std::int64_t, std::int64_t)>
+void BM_HadamardOf(benchmark::State& state) {
+  const std::int64_t n = state.range(0), rows = state.range(1);
+  auto x = random_vector(static_cast<std::size_t>(rows * n), 5);
+  for (auto _ : state) {
+    Transform(x.data(), rows, n);
+    benchmark::ClobberMemory();
+  }
+}
+void BM_Hadamard(benchmark::State& state) { BM_HadamardOf<kvq::kernels::hadamard_rows>(state); }
+void BM_HadamardRef(benchmark::State& state) {
+  BM_HadamardOf<kvq::kernels::ref::hadamard_rows>(state);
+}
+BENCHMARK(BM_Hadamard)
+    ->ArgsProduct({{64, 128, 256}, {9, 3}})
+    ->ArgNames({"n", "rows"})
+    ->ComputeStatistics("min", min_of);
+BENCHMARK(BM_HadamardRef)
+    ->ArgsProduct({{64, 128, 256}, {9, 3}})
+    ->ArgNames({"n", "rows"})
+    ->ComputeStatistics("min", min_of);
 
 // A random model with SmolLM2-135M's shapes (30 layers, hidden 576, 9/3 heads, vocab 49152).
 kvq::model::CausalLM& smollm_shaped() {
