@@ -23,7 +23,12 @@ tests/unit/lifecycle/lc_interop_test.cc loads the directory with kvq and compare
 
 Run (from the repository root; seconds):
   CUDA_VISIBLE_DEVICES= ${KVQ_REFVENV:-$HOME/.cache/kvq/refvenv}/bin/python \\
-      tools/reference/make_lc_tiny_checkpoint.py
+      tools/reference/make_lc_tiny_checkpoint.py [RECIPE]
+RECIPE (default kv_fp8_head) names examples/recipes/RECIPE.yaml; the outputs are then
+lc_tiny_RECIPE/ and lc_tiny_RECIPE_transformers.json. kv_fp8_head_r3 (SpinQuantModifier R2 + R3,
+then the same kv scheme) gives the rotated checkpoint kvq must reproduce: llm-compressor fuses
+the norms into the next Linear layers, centres the embeddings and fuses R2 into v_proj / o_proj
+(all saved in the weights) and records R3 in transform_config for the loader to run online.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -41,10 +47,11 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "lifecycle"
-CKPT = DATA / "lc_tiny_kv_fp8_head"
-OUT = DATA / "lc_tiny_kv_fp8_head_transformers.json"
+NAME = sys.argv[1] if len(sys.argv) > 1 else "kv_fp8_head"
+CKPT = DATA / f"lc_tiny_{NAME}"
+OUT = DATA / f"lc_tiny_{NAME}_transformers.json"
 TINY = REPO / "tests" / "data" / "tiny_llama" / "gqa"
-RECIPE = REPO / "examples" / "recipes" / "kv_fp8_head.yaml"
+RECIPE = REPO / "examples" / "recipes" / f"{NAME}.yaml"
 CALIB_SAMPLES = [[(t * 37 + i * 11 + 3) % 256 for t in range(24 + i)] for i in range(8)]
 PROMPT = [1, 17, 42, 200, 99, 3, 128, 255, 64, 7, 31, 180]
 PACKAGES = ["torch", "transformers", "compressed-tensors", "llmcompressor", "safetensors",
@@ -81,8 +88,12 @@ def main() -> None:
         os.chmod(f, 0o644)
 
     # What transformers + compressed-tensors make of the saved directory.
+    # compressed-tensors' hooked attention (registered for R3's q_attn) looks its wrapped
+    # implementation up in ALL_ATTENTION_FUNCTIONS, which has no "eager": such a checkpoint only
+    # runs with sdpa (recorded as attn_implementation).
+    attn = "sdpa" if "q_attn" in (CKPT / "config.json").read_text() else "eager"
     loaded = AutoModelForCausalLM.from_pretrained(str(CKPT), dtype=torch.float32,
-                                                  attn_implementation="eager")
+                                                  attn_implementation=attn)
     loaded.eval()
     f = safe_open(str(CKPT / "model.safetensors"), "pt")
     equal = True
@@ -91,7 +102,9 @@ def main() -> None:
     for i, layer in enumerate(loaded.model.layers):
         a = layer.self_attn
         statuses.add(str(getattr(a, "quantization_status", None)))
-        assert getattr(a, "q_scale", None) is None, "kv-only recipe: no q_scale expected"
+        # kv-only recipes: no q_scale in the file. (With an R3 transform, compressed-tensors
+        # nevertheless registers an uninitialised q_scale on load: recorded below.)
+        q_scale_registered = getattr(a, "q_scale", None) is not None
         for b in ("k", "v"):
             name = f"model.layers.{i}.self_attn.{b}_scale"
             p = getattr(a, f"{b}_scale", None)
@@ -111,7 +124,7 @@ def main() -> None:
         plain = loaded(torch.tensor([PROMPT])).logits[0].float()
     rec = {
         "what": "transformers + compressed-tensors loading a checkpoint llm-compressor oneshot "
-                "saved (tiny GQA Llama, bf16, examples/recipes/kv_fp8_head.yaml)",
+                f"saved (tiny GQA Llama, bf16, examples/recipes/{NAME}.yaml)",
         "generator": "tools/reference/make_lc_tiny_checkpoint.py",
         "versions": {p: importlib.metadata.version(p) for p in PACKAGES},
         "calibration_samples": CALIB_SAMPLES,
@@ -119,6 +132,8 @@ def main() -> None:
         "attn_implementation": loaded.config._attn_implementation,
         "weights_equal_source_bf16": weights_equal,
         "scales_loaded_equal": equal,
+        "q_scale_registered_on_load": q_scale_registered,
+        "transform_tensors": sorted(k for k in f.keys() if "_q_attn" in k or "_k_cache" in k),
         "scales": scales,
         "quantization_status": sorted(statuses),
         "prompt": PROMPT,

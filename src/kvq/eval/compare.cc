@@ -85,6 +85,14 @@ const std::vector<SchemeDef>& builtin_schemes() {
       // (vLLM-style, see model/kv_cache.h) and nothing is calibrated.
       {"KV-NVFP4", "NVFP4 K/V packed cache (E2M1, 16-value E4M3 block scales, dynamic global)", "",
        "nvfp4:head"},
+      // SpinQuant R2 + R3 (Hadamard rotations of every head of q, k and v) before quantization:
+      // llama.cpp's KV rotation, expressed as llm-compressor rotations.
+      {"KV-FP8-Head+R3", "KV-FP8-Head with SpinQuant R2 + R3 Hadamard rotations",
+       r("kv_fp8_head_r3.yaml")},
+      {"KV-INT4-Head+R3", "KV-INT4-Head with SpinQuant R2 + R3 Hadamard rotations",
+       r("kv_int4_head_r3.yaml")},
+      {"KV-NVFP4+R3", "KV-NVFP4 (dynamic) of K/V rotated by SpinQuant R2 + R3",
+       r("rotate_r2_r3.yaml"), "nvfp4:head"},
       // kv_nvfp4.yaml: compressed-tensors' FP4 per-head kv scheme, packed as NVFP4 under the
       // calibrated global scale 448 / k_scale. Not in the default list (run it by name).
       {"KV-NVFP4-Calibrated",
@@ -378,7 +386,10 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
     if (!cfile.empty())
       if (auto j = read_cache_json(cfile)) restored = restore_scales(*lc, *j);
     r.calib_samples = o.calib_samples;
-    if (restored) {
+    if (lc->states().empty()) {
+      // Transforms only (a SpinQuantModifier recipe with a dynamic --kv-cache): no scales.
+      r.calib_samples = 0;
+    } else if (restored) {
       log::info("{}: reusing calibration {}", def.name, cfile.string());
     } else {
       if (impl_->calib.empty()) {

@@ -273,11 +273,20 @@ std::optional<QuantizationConfig> QuantizationLifecycle::config_from_model() con
 }
 
 std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::CausalLM& model,
-                                                                 const QuantizationConfig& config) {
+                                                                 const QuantizationConfig& config,
+                                                                 bool fuse_offline) {
   std::unique_ptr<QuantizationLifecycle> lc(new QuantizationLifecycle());
   lc->model_ = &model;
   lc->config_ = config;
   const model::ModelConfig& mc = model.config();
+  // Transforms first: their hooks precede every observer and quantization hook.
+  if (config.spinquant) {
+    lc->config_.transforms = quant::spinquant_transform_config(
+        *config.spinquant, static_cast<int>(mc.head_dim), "recipe: SpinQuantModifier");
+    lc->config_.spinquant.reset();
+  }
+  lc->transforms_ = apply_transforms(model, lc->config_.transforms, fuse_offline);
+  for (const std::string& line : lc->transforms_->summary()) log::info("transform {}", line);
   const std::int64_t heads = mc.num_attention_heads, kv_heads = mc.num_key_value_heads;
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
     fail<ConfigError>(
@@ -383,10 +392,10 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::CausalLM
         "quantization config: config groups select no attention module (targets {} match only "
         "modules kvq does not quantize, or attention modules only broadly, e.g. through a parent)",
         fmt::join(targets, ", "));
-  if (lc->states_.empty())
+  if (lc->states_.empty() && lc->config_.transforms.empty())
     fail<ConfigError>(
-        "quantization config selects nothing to quantize (no kv_cache_scheme and no "
-        "config groups)");
+        "quantization config selects nothing to quantize (no kv_cache_scheme, no config groups "
+        "and no transforms)");
 
   // Keep named_modules order (kv pass and group pass both walk it, but groups may add states).
   std::vector<model::Module*> order = model.named_modules();

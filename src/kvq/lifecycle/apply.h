@@ -20,6 +20,9 @@
 //    activations / output activations → ConfigError with the reference message).
 //  - a target of a config group that matches no module → ConfigError (the reference only warns;
 //    a recipe that selects nothing is a mistake kvq refuses).
+//  - transforms first (lifecycle/transforms.h): config.transforms, or the TransformConfig a
+//    recipe's SpinQuantModifier makes for this model; their hooks precede every quantization
+//    hook and observer. A config may hold transforms only (nothing quantized).
 #pragma once
 
 #include <map>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "kvq/lifecycle/quantized_attention.h"
+#include "kvq/lifecycle/transforms.h"
 #include "kvq/model/causal_lm.h"
 #include "kvq/quant/quant_config.h"
 
@@ -42,7 +46,11 @@ class QuantizationLifecycle {
 
   model::CausalLM& model() { return *model_; }
   const model::CausalLM& model() const { return *model_; }
+  // The config applied; its `transforms` are the resolved ones (a recipe's SpinQuantModifier
+  // turned into the TransformConfig for this model).
   const quant::QuantizationConfig& config() const { return config_; }
+  // The transforms applied (empty when the config has none).
+  const AppliedTransforms& transforms() const { return *transforms_; }
 
   // In named_modules order.
   const std::vector<std::unique_ptr<QuantizedAttentionState>>& states() const { return states_; }
@@ -91,20 +99,23 @@ class QuantizationLifecycle {
 
  private:
   friend std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
-      model::CausalLM& model, const quant::QuantizationConfig& config);
+      model::CausalLM& model, const quant::QuantizationConfig& config, bool fuse_offline);
   QuantizationLifecycle() = default;
   void install_quantization_hooks(QuantizedAttentionState& state);
 
   model::CausalLM* model_ = nullptr;
   quant::QuantizationConfig config_;
+  std::unique_ptr<AppliedTransforms> transforms_;
   std::vector<std::unique_ptr<QuantizedAttentionState>> states_;
   // Per state: the fake-quant hook handles, re-registered last whenever a pre-hook is added.
   std::map<const QuantizedAttentionState*, std::vector<model::HookHandle>> quant_hooks_;
   std::vector<std::string> export_warnings_;
 };
 
+// fuse_offline = false: the model's weights already hold the config's offline transforms (a
+// checkpoint being loaded); only the online ones are applied.
 std::unique_ptr<QuantizationLifecycle> apply_quantization_config(
-    model::CausalLM& model, const quant::QuantizationConfig& config);
+    model::CausalLM& model, const quant::QuantizationConfig& config, bool fuse_offline = true);
 
 // Fake-quantizes states with a state's q/k/v qparams (InvalidArgument naming the module when the
 // scale was never calibrated or loaded).

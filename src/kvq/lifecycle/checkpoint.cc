@@ -132,11 +132,27 @@ std::vector<float> decode(const Tensor& t, const std::string& what) {
   return out;
 }
 
+// `t` converted to `dtype` (f32 or bf16, the dtypes kvq's checkpoints hold weights in).
+Tensor in_dtype(const Tensor& t, DType dtype, const std::string& name) {
+  const Tensor f = t.to_f32();
+  if (dtype == DType::kF32) return f;
+  if (dtype != DType::kBF16)
+    fail<NotSupported>("save_pretrained: {} is {}; kvq writes fused weights as f32 or bf16", name,
+                       dtype_name(dtype));
+  Tensor out(DType::kBF16, f.shape());
+  auto* dst = static_cast<std::uint16_t*>(out.mutable_data());
+  for (std::int64_t i = 0; i < f.numel(); ++i) dst[i] = f32_to_bf16(f.f32()[i]);
+  return out;
+}
+
 }  // namespace
 
 quant::QuantizationConfig checkpoint_config(const QuantizationLifecycle& lifecycle) {
   auto config = lifecycle.config_from_model();
-  if (!config) fail<InvalidArgument>("save_pretrained: the model has no quantized module");
+  if (!config && lifecycle.config().transforms.empty())
+    fail<InvalidArgument>("save_pretrained: the model has no quantized module and no transforms");
+  if (!config) config.emplace();  // transforms only
+  config->transforms = lifecycle.config().transforms;
   config->quantization_status = quant::QuantizationStatus::kCompressed;
   for (auto& [name, scheme] : config->config_groups)
     if (!scheme.format) scheme.format = quant::CompressionFormat::kDense;
@@ -158,9 +174,19 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
   io::SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   const model::ModelConfig& model_config = lifecycle.model().config();
+  // Linear weights with a fused rotation are written as the model now holds them, in the
+  // checkpoint's dtype (compressed-tensors saves the fused weights too).
+  std::map<std::string, Tensor> fused;
+  for (const model::Module* m : lifecycle.model().root().named_modules()) {
+    const auto& names = lifecycle.transforms().fused_modules();
+    if (std::find(names.begin(), names.end(), m->name()) == names.end()) continue;
+    const std::string name = m->name() + ".weight";
+    fused[name] = in_dtype(m->weight(), src.tensor(name).dtype(), name);
+  }
   for (const std::string& name : src.names()) {
     if (model::is_attention_qparam(model_config, name)) continue;  // stale ones are replaced below
-    writer.add(name, src.tensor(name));
+    auto it = fused.find(name);
+    writer.add(name, it != fused.end() ? it->second : src.tensor(name));
   }
   for (const auto& s : lifecycle.states())
     for (char base : {'q', 'k', 'v'}) {
@@ -199,7 +225,8 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
                       config_path.string());
   const quant::QuantizationConfig config =
       quant::parse_quantization_config(quant::Json(raw), config_path.string());
-  auto lc = apply_quantization_config(model, config);
+  // The weights hold the offline transforms already: only the online ones are applied.
+  auto lc = apply_quantization_config(model, config, /*fuse_offline=*/false);
   const std::map<std::string, Tensor>& st = model.attention_qparams();
 
   std::set<std::string> expected;

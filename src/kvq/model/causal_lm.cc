@@ -228,6 +228,34 @@ Module* CausalLM::find_module(std::string_view name) {
   return nullptr;
 }
 
+void CausalLM::set_linear_weight(std::string_view module, Tensor weight) {
+  // The layer slot that reads this module's weight is the one pointing at its data.
+  Module* m = find_module(module);
+  LinearWeight* slot = nullptr;
+  if (m != nullptr && m->has_weight()) {
+    const LinearWeight current = linear_weight(m->weight());
+    for (Layer& L : layers_) {
+      for (LinearWeight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+        if (w->f32 == current.f32 && w->bf16 == current.bf16) slot = w;
+      }
+    }
+  }
+  if (slot == nullptr) {
+    fail<InvalidArgument>("'{}' is not a Linear projection of the model's layers", module);
+  }
+  if (weight.shape() != m->weight().shape() || !dtype_is_float(weight.dtype())) {
+    fail<InvalidArgument>("{}: new weight {} {} does not fit the module's {}", module,
+                          dtype_name(weight.dtype()), shape_str(weight.shape()),
+                          shape_str(m->weight().shape()));
+  }
+  if (weight_dtype_ == DType::kBF16) {
+    m->set_weight(to_bf16(weight));
+  } else {
+    m->set_weight(weight.dtype() == DType::kF32 ? std::move(weight) : weight.to_f32());
+  }
+  *slot = linear_weight(m->weight());
+}
+
 AttentionModule& CausalLM::attention(std::int64_t layer) {
   if (layer < 0 || layer >= static_cast<std::int64_t>(layers_.size())) {
     fail<InvalidArgument>("layer {} out of range (model has {})", layer, layers_.size());

@@ -87,6 +87,13 @@ class CausalLM {
   std::vector<Module*> named_modules() { return root_->named_modules(); }
   Module* find_module(std::string_view name);  // nullptr when absent
   AttentionModule& attention(std::int64_t layer);
+  // Replaces the weight of the Linear projection `module` ("model.layers.3.self_attn.v_proj";
+  // attention and MLP projections) by `weight` [out, in], any float dtype, stored as the model
+  // stores its Linear weights (fp32, or bf16 rounded to nearest even). Offline transforms fuse
+  // rotations this way (lifecycle/transforms.h) and put the original back afterwards (a tensor
+  // already in the model's storage dtype is kept as it is, so a restore is exact).
+  // InvalidArgument naming the module when it is not such a projection or the shape differs.
+  void set_linear_weight(std::string_view module, Tensor weight);
   std::vector<AttentionModule*> attention_modules();
 
   // A cache for `batch` sequences of up to `capacity` tokens as `config` says (kv_cache.h;

@@ -28,6 +28,8 @@ QuantizationConfig QuantizationConfig::from_json(const Json& json, std::string_v
       c.config_groups.emplace_back(name, QuantizationScheme::from_json(value, ctx));
     }
   }
+  if (auto f = json.find("transform_config"); f != json.end())
+    c.transforms = TransformConfig::from_json(*f, fmt::format("{}: transform_config", where));
   if (auto f = json.find("quant_method"); f != json.end()) {
     if (!f->is_string())
       fail<ConfigError>("{}: quant_method: Input should be a valid string", where);
@@ -86,7 +88,8 @@ Json QuantizationConfig::to_checkpoint_json(std::string_view version) const {
   j["version"] = version;
   j["quant_method"] = kDefaultQuantizationMethod;
   j["sparsity_config"] = Json::object();
-  j["transform_config"] = Json::object();
+  // compressed-tensors writes {} when the model has no transform config.
+  j["transform_config"] = transforms.empty() ? Json::object() : transforms.to_json();
   const Json dump = to_json();
   for (auto it = dump.begin(); it != dump.end(); ++it)
     if (it.key() != "quant_method") j[it.key()] = it.value();

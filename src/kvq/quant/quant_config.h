@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvq/quant/quant_scheme.h"
+#include "kvq/quant/transform_config.h"
 
 namespace kvq::quant {
 
@@ -26,15 +27,23 @@ struct QuantizationConfig {
   QuantizationStatus quantization_status = QuantizationStatus::kInitialized;
   std::optional<double> global_compression_ratio;
   std::optional<std::vector<std::string>> ignore = std::vector<std::string>{};
+  // Not model_dump() fields: the checkpoint's sibling key `transform_config` (read by
+  // from_json, written by to_checkpoint_json), and a recipe's SpinQuantModifier arguments, which
+  // the lifecycle turns into `transforms` once it knows the model's head_dim
+  // (spinquant_transform_config).
+  TransformConfig transforms;
+  std::optional<Json> spinquant;
 
-  // `extra="ignore"`: unknown top-level keys are ignored; `config_groups` is required.
+  // `extra="ignore"`: unknown top-level keys are ignored; `config_groups` is required (it may be
+  // empty: a checkpoint or recipe with transforms only).
   static QuantizationConfig from_json(const Json& json,
                                       std::string_view where = "QuantizationConfig");
   // `model_dump()` field order.
   Json to_json() const;
   // The object written under "quantization_config" in config.json by compressed-tensors'
   // ModelCompressor.update_config: version, quant_method, sparsity_config {}, transform_config
-  // {}, then model_dump() without quant_method. Write it with dump_sorted().
+  // (`transforms`, {} when none), then model_dump() without quant_method. Write it with
+  // dump_sorted().
   Json to_checkpoint_json(std::string_view version = kCompressedTensorsVersion) const;
   bool requires_calibration_data() const;
   bool operator==(const QuantizationConfig& other) const = default;

@@ -247,6 +247,7 @@ QuantizationConfig resolve_recipe(const Json& root, std::string_view source_name
   if (!root.is_object())
     fail<FormatError>("{}: could not parse recipe: expected a mapping of stages", source_name);
   std::optional<QuantizationConfig> result;
+  std::optional<Json> spinquant;
   for (const auto& [stage_key, stage] : root.items()) {
     if (!stage_key.ends_with("_stage") || !stage.is_object()) continue;
     for (const auto& [group_key, group] : stage.items()) {
@@ -254,21 +255,33 @@ QuantizationConfig resolve_recipe(const Json& root, std::string_view source_name
       for (const auto& [mod_type, mod_args] : group.items()) {
         const std::string where =
             fmt::format("{}: {}.{}.{}", source_name, stage_key, group_key, mod_type);
+        if (mod_type == "SpinQuantModifier") {
+          if (spinquant) fail<NotSupported>("{}: more than one SpinQuantModifier", where);
+          if (result)  // llm-compressor applies modifiers in order: rotate, then quantize
+            fail<NotSupported>("{}: SpinQuantModifier must come before QuantizationModifier",
+                               where);
+          // Checked now (any head_dim will do); the lifecycle builds it for the model.
+          spinquant_transform_config(mod_args.is_null() ? Json::object() : mod_args, 64, where);
+          spinquant = mod_args.is_null() ? Json::object() : mod_args;
+          continue;
+        }
         if (mod_type != "QuantizationModifier")
           fail<NotSupported>(
-              "{}: modifier type {} is not supported (kvq implements "
-              "QuantizationModifier only)",
+              "{}: modifier type {} is not supported (kvq implements QuantizationModifier and "
+              "SpinQuantModifier)",
               where, mod_type);
         if (result) fail<NotSupported>("{}: more than one QuantizationModifier in a recipe", where);
         result = resolve_quantization_modifier(mod_args, where);
       }
     }
   }
-  if (!result)
+  if (!result && !spinquant)
     fail<ConfigError>(
         "{}: the recipe has no QuantizationModifier (expected "
         "<name>_stage: {{<name>_modifiers: {{QuantizationModifier: ...}}}})",
         source_name);
+  if (!result) result.emplace();  // rotations only: nothing quantized by the recipe itself
+  result->spinquant = std::move(spinquant);
   return *result;
 }
 

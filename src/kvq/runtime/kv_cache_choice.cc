@@ -120,7 +120,8 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
 
 KvCacheConfig resolve_kv_cache(const KvCacheOption& o, const lifecycle::QuantizationLifecycle* lc,
                                std::string_view model_name) {
-  if (lc == nullptr) return resolve_plain(o, model_name);
+  // A lifecycle that quantizes nothing (transforms only) leaves the cache to the option.
+  if (lc == nullptr || lc->states().empty()) return resolve_plain(o, model_name);
 
   const std::optional<KvScaleGranularity> g = lc->kv_granularity();
   std::optional<KvFormat> ckpt_format;

@@ -58,10 +58,11 @@ struct KvCacheOption {
 KvCacheOption parse_kv_cache_option(std::string_view text);
 
 // THE resolution: the cache `option` asks for on a model whose checkpoint quantization is
-// `lifecycle` (null for a plain model). InvalidArgument naming the flag value and the
-// checkpoint's own format when they disagree, or for `fake` on a plain model. `auto` on a
-// checkpoint whose k/v cannot be packed (layers with different formats, unquantized layers)
-// falls back to fake with a warning.
+// `lifecycle` (null for a plain model; one that quantizes nothing — a recipe of rotations only —
+// counts as plain: FORMAT then means dynamic scales of the rotated k/v). InvalidArgument naming the
+// flag value and the checkpoint's own format when they disagree, or for `fake` on a plain model.
+// `auto` on a checkpoint whose k/v cannot be packed (layers with different formats, unquantized
+// layers) falls back to fake with a warning.
 model::KvCacheConfig resolve_kv_cache(const KvCacheOption& option,
                                       const lifecycle::QuantizationLifecycle* lifecycle,
                                       std::string_view model_name);

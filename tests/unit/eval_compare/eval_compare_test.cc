@@ -178,7 +178,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 9u);
+  EXPECT_EQ(builtin_schemes().size(), 12u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   try {
@@ -190,7 +190,7 @@ TEST(Compare, SchemeTable) {
   const auto l = parse_scheme_list("baseline, KV-INT8-Head");
   ASSERT_EQ(l.size(), 2u);
   EXPECT_EQ(l[1].name, "KV-INT8-Head");
-  EXPECT_EQ(parse_scheme_list("").size(), 8u);  // the default ones
+  EXPECT_EQ(parse_scheme_list("").size(), 11u);  // the default ones
   EXPECT_EQ(parse_scheme_list("KV-NVFP4-Calibrated").size(), 1u);
   EXPECT_THROW(parse_scheme_list("KV-INT8-Head,kv-int8-head"), InvalidArgument);
 }

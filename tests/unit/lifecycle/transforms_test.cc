@@ -1,0 +1,178 @@
+// Transforms on the tiny GQA Llama (4 heads, 2 kv heads, head_dim 16, 3 layers): SpinQuant R3
+// (q_attn + k_cache hooks) and R2 (fused into v_proj / o_proj) leave the logits unchanged up to
+// rounding, hand observers and the cache rotated states, put the weights back bit for bit when
+// removed, and everything kvq cannot run is refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kvq/core/error.h"
+#include "kvq/lifecycle/apply.h"
+#include "kvq/lifecycle/calibrate.h"
+#include "kvq/lifecycle/dataset.h"
+#include "kvq/lifecycle/transforms.h"
+#include "kvq/model/causal_lm.h"
+#include "kvq/quant/recipe.h"
+#include "support/test_paths.h"
+
+namespace kvq::lifecycle {
+namespace {
+
+using quant::Json;
+using quant::TransformConfig;
+
+std::unique_ptr<model::CausalLM> tiny() {
+  return model::CausalLM::load(test::test_data_dir() / "tiny_llama" / "gqa");
+}
+
+std::vector<std::int32_t> prompt() { return {1, 17, 42, 99, 3, 250, 7, 8, 64}; }
+
+TransformConfig spin(const char* rotations) {
+  return quant::spinquant_transform_config(Json::parse(rotations), 16);
+}
+
+float max_diff(const Tensor& a, const Tensor& b) {
+  float m = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::fabs(a.f32()[i] - b.f32()[i]));
+  return m;
+}
+
+std::vector<float> weight_copy(model::CausalLM& m, const std::string& name) {
+  return m.find_module(name)->weight().to_f32_vector();
+}
+
+TEST(Transforms, RotationsLeaveTheLogitsUnchangedUpToRounding) {
+  auto m = tiny();
+  const Tensor plain = m->forward(prompt(), model::LogitsMode::kAll);
+  const std::vector<float> v0 = weight_copy(*m, "model.layers.1.self_attn.v_proj");
+  {
+    auto t = apply_transforms(*m, spin(R"({"rotations": ["R2", "R3"]})"));
+    EXPECT_EQ(t->fused_modules().size(), 6u);  // v_proj and o_proj of 3 layers
+    ASSERT_EQ(t->summary().size(), 4u);
+    EXPECT_NE(t->summary()[2].find("q_attn on 3 module(s) (hadamard 16)"), std::string::npos);
+    EXPECT_NE(weight_copy(*m, "model.layers.1.self_attn.v_proj"), v0);
+    const Tensor rotated = m->forward(prompt(), model::LogitsMode::kAll);
+    EXPECT_LT(max_diff(plain, rotated), 2e-5f);
+    // The key hook sees what the cache stores: rotated keys, orthonormally (norm kept).
+    double norm_plain = 0, norm_rot = 0;
+    bool differs = false;
+    std::vector<float> seen;
+    auto h = model::ScopedHook(
+        m->attention(0).register_key_hook([&](model::AttentionModule&, model::StatesView s) {
+          seen.assign(s.data, s.data + s.numel());
+        }));
+    m->forward(prompt(), model::LogitsMode::kLast);
+    t.reset();  // removes the transforms; the hook above now sees plain keys
+    std::vector<float> rotated_keys = seen;
+    m->forward(prompt(), model::LogitsMode::kLast);
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      norm_plain += double(seen[i]) * seen[i];
+      norm_rot += double(rotated_keys[i]) * rotated_keys[i];
+      differs = differs || seen[i] != rotated_keys[i];
+    }
+    EXPECT_TRUE(differs);
+    EXPECT_NEAR(norm_rot, norm_plain, 1e-4 * norm_plain);
+  }
+  // Removed: weights bit for bit, logits bit for bit.
+  EXPECT_EQ(weight_copy(*m, "model.layers.1.self_attn.v_proj"), v0);
+  const Tensor again = m->forward(prompt(), model::LogitsMode::kAll);
+  EXPECT_EQ(max_diff(plain, again), 0.0f);
+}
+
+// A recipe with SpinQuantModifier R2 + R3 before the kv scheme: the observers calibrate on the
+// rotated keys and values (the scales differ from the unrotated recipe's), and the packed INT4
+// cache of the rotated states gives logits bit-identical to their fake quantization, as without
+// a transform.
+TEST(Transforms, ObserversAndThePackedCacheSeeRotatedStates) {
+  auto m = tiny();
+  const char* kv = R"(
+quant_stage:
+  quant_modifiers:
+    QuantizationModifier:
+      kv_cache_scheme: {num_bits: 4, type: int, strategy: attn_head, symmetric: true,
+                        dynamic: false, observer: static_minmax}
+)";
+  const std::string rot = std::string(R"(
+spin_stage:
+  spin_modifiers:
+    SpinQuantModifier: {rotations: [R2, R3]}
+)") + kv;
+  const std::vector<CalibrationSample> samples = {{0, prompt()}, {1, {5, 6, 7, 8, 9, 10, 11}}};
+  CalibrationOptions co;
+  co.show_progress = false;
+  std::vector<float> k_scales[2];
+  for (int with_rotation = 0; with_rotation < 2; ++with_rotation) {
+    auto lc = apply_quantization_config(
+        *m, quant::parse_recipe(with_rotation ? rot : std::string(kv), "r.yaml"));
+    EXPECT_EQ(lc->config().transforms.empty(), with_rotation == 0);
+    EXPECT_FALSE(lc->config().spinquant.has_value());
+    calibrate(*lc, samples, co);
+    k_scales[with_rotation] = lc->states()[1]->k->scale;
+    const Tensor fake = m->forward(prompt(), model::LogitsMode::kAll);  // no cache: hooks quantize
+    model::KvCache packed = lc->make_kv_cache(1, 16);
+    EXPECT_EQ(packed.config().format, quant::KvFormat::kINT4);
+    const Tensor via_cache = m->forward(prompt(), packed, model::LogitsMode::kAll);
+    EXPECT_EQ(max_diff(fake, via_cache), 0.0f) << "rotation " << with_rotation;
+  }
+  EXPECT_NE(k_scales[0], k_scales[1]);
+}
+
+std::string error_of(model::CausalLM& m, const std::string& json) {
+  try {
+    apply_transforms(m, TransformConfig::from_json(Json::parse(json)));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Transforms, WhatKvqCannotRunIsRefusedByName) {
+  auto m = tiny();
+  const std::string attn = R"("targets": ["re:.*self_attn$"])";
+  EXPECT_NE(error_of(*m, R"({"config_groups": {"R4": {"type": "hadamard", "apply": [
+              {"targets": ["re:.*down_proj$"], "location": "input"}]}}})")
+                .find("R4: input on re:.*down_proj$: online rotations of Linear activations"),
+            std::string::npos);
+  EXPECT_NE(error_of(*m, R"({"config_groups": {"g": {"type": "random-hadamard", "apply": [{)" +
+                             attn + R"(, "location": "q_attn"}]}}})")
+                .find("transform type 'random-hadamard' is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of(*m, R"({"config_groups": {"g": {"type": "hadamard", "randomize": true,
+              "apply": [{)" + attn +
+                             R"(, "location": "q_attn"}]}}})")
+                .find("randomize=true"),
+            std::string::npos);
+  EXPECT_NE(error_of(*m, R"({"config_groups": {"g": {"type": "hadamard", "head_dim": 12,
+              "apply": [{)" + attn +
+                             R"(, "location": "k_cache"}]}}})")
+                .find("head_dim 12 must divide 16"),
+            std::string::npos);
+  EXPECT_NE(error_of(*m, R"({"config_groups": {"g": {"type": "hadamard", "apply": [
+              {"targets": ["re:.*embed_tokens$"], "location": "weight_output"}]}}})")
+                .find("rotating embeddings or lm_head (R1)"),
+            std::string::npos);
+  EXPECT_NE(error_of(*m, R"({"config_groups": {"g": {"type": "hadamard", "apply": [
+              {"targets": ["re:.*nothing$"], "location": "q_attn"}]}}})")
+                .find("match no module"),
+            std::string::npos);
+  // A failed apply leaves the model as it was.
+  const Tensor plain = m->forward(prompt(), model::LogitsMode::kAll);
+  EXPECT_NE(error_of(*m, R"({"config_groups": {"R2": {"type": "hadamard", "head_dim": 16,
+              "apply": [{"targets": ["re:.*v_proj$"], "location": "weight_output"},
+                        {"targets": ["re:.*self_attn$"], "location": "output"}]}}})"),
+            "");
+  EXPECT_EQ(max_diff(plain, m->forward(prompt(), model::LogitsMode::kAll)), 0.0f);
+}
+
+TEST(Transforms, LoadingACheckpointAppliesOnlyTheOnlineOnes) {
+  auto m = tiny();
+  const std::vector<float> v0 = weight_copy(*m, "model.layers.0.self_attn.v_proj");
+  auto t = apply_transforms(*m, spin(R"({"rotations": ["R2", "R3"]})"), /*fuse_offline=*/false);
+  EXPECT_TRUE(t->fused_modules().empty());
+  EXPECT_EQ(weight_copy(*m, "model.layers.0.self_attn.v_proj"), v0);
+  EXPECT_NE(t->summary()[0].find("already fused"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvq::lifecycle
