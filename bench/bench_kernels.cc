@@ -277,6 +277,8 @@ BENCHMARK(BM_HadamardRef)
 kvq::model::CausalLM& smollm_shaped() {
   static std::unique_ptr<kvq::model::CausalLM> model = [] {
     kvq::model::ModelConfig c;
+    c.architectures = {"LlamaForCausalLM"};
+    c.model_type = "llama";
     c.hidden_size = 576;
     c.intermediate_size = 1536;
     c.num_hidden_layers = 30;
