@@ -84,6 +84,42 @@ TEST(Checkpoint, SaveLoadRoundTrip) {
             quant::dump_sorted(checkpoint_config_json(*lc)));
 }
 
+// A rotated scheme (SpinQuant R2 + R3, then FP8 per-head KV) survives save / load: the file holds
+// the fused v_proj / o_proj weights and the transform_config, loading applies R3 only (R2 is in
+// the weights), and the loaded model's logits equal the calibrated one's bit for bit.
+TEST(Checkpoint, RotatedSchemeRoundTrip) {
+  test::TempDir tmp;
+  auto m = model::CausalLM::load(tiny_dir());
+  auto lc = apply_quantization_config(
+      *m, quant::load_recipe(fs::path(KVQ_SOURCE_DIR) / "examples/recipes/kv_fp8_head_r3.yaml"));
+  calibrate(*lc, samples(), {.show_progress = false});
+  const std::vector<std::int32_t> prompt{5, 6, 7, 100, 200};
+  const Tensor ref = m->forward(prompt);
+  const Tensor v_fused = m->find_module("model.layers.2.self_attn.v_proj")->weight().clone();
+  save_pretrained(*lc, tiny_dir(), tmp / "q");
+
+  const auto st = io::SafetensorsModel::open(tmp / "q");
+  const Tensor v_saved = st.tensor("model.layers.2.self_attn.v_proj.weight");
+  EXPECT_EQ(v_saved.to_f32_vector(), v_fused.to_f32_vector());
+  const auto plain = io::SafetensorsModel::open(tiny_dir());
+  EXPECT_NE(v_saved.to_f32_vector(),
+            plain.tensor("model.layers.2.self_attn.v_proj.weight").to_f32_vector());
+  EXPECT_EQ(st.tensor("model.layers.2.self_attn.q_proj.weight").to_f32_vector(),
+            plain.tensor("model.layers.2.self_attn.q_proj.weight").to_f32_vector());
+  const auto cfg = io::read_json_file(tmp / "q" / "config.json");
+  const auto& groups = cfg["quantization_config"]["transform_config"]["config_groups"];
+  EXPECT_EQ(groups["R3"]["apply"][0]["location"], "q_attn");
+  EXPECT_EQ(groups["R2"]["head_dim"], 16);
+
+  auto qm = QuantizedModel::load(tmp / "q");
+  ASSERT_TRUE(qm.lifecycle);
+  EXPECT_TRUE(qm.lifecycle->transforms().fused_modules().empty());  // already in the weights
+  const Tensor got = qm.model->forward(prompt);
+  for (std::int64_t i = 0; i < ref.numel(); ++i) ASSERT_EQ(got.f32()[i], ref.f32()[i]) << i;
+  EXPECT_EQ(quant::dump_sorted(checkpoint_config_json(*qm.lifecycle)),
+            quant::dump_sorted(checkpoint_config_json(*lc)));
+}
+
 // Writes a copy of `src` with tensor `name` replaced (or dropped when t is undefined).
 void rewrite(const fs::path& src, const fs::path& dst, const std::string& name, const Tensor* t,
              const std::string& extra = "") {
