@@ -59,6 +59,23 @@ bool is_quantized_linear_tensor(std::string_view name) {
   return false;
 }
 
+// A transform's own weight as compressed-tensors saves it ("<module>.R3_q_attn.weight": the
+// matrix, which kvq computes itself), when the config carries a transform_config.
+bool is_transform_weight(const model::ModelConfig& c, std::string_view name) {
+  const auto q = c.raw.find("quantization_config");
+  if (q == c.raw.end() || !q->is_object()) return false;
+  const auto t = q->find("transform_config");
+  if (t == q->end() || !t->is_object() || t->empty()) return false;
+  if (!name.ends_with(".weight")) return false;
+  name.remove_suffix(7);
+  static constexpr std::array<std::string_view, 6> kLocations = {
+      "_q_attn", "_k_cache", "_weight_input", "_weight_output", "_input", "_output"};
+  for (std::string_view l : kLocations) {
+    if (name.ends_with(l)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::span<const Architecture> architectures() { return table(); }
@@ -208,7 +225,9 @@ void check_checkpoint_tensors(const Architecture& arch, const model::ModelConfig
   }
   std::vector<std::string> unknown;
   for (const auto& [name, shape] : tensors) {
-    if (known.contains(name) || is_attention_qparam(c, name)) continue;
+    if (known.contains(name) || is_attention_qparam(c, name) || is_transform_weight(c, name)) {
+      continue;
+    }
     if (name == "lm_head.weight" || name.ends_with("rotary_emb.inv_freq")) continue;
     unknown.push_back(name);
   }

@@ -96,7 +96,9 @@ bool is_attention_qparam(const model::ModelConfig& config, std::string_view name
 //    anything else the architecture does not know (a bias it has no place for, another model's
 //    tensors).
 // Allowed besides: attention quantization parameters (<attn>.{q,k,v}_{scale,zero_point}, read by
-// lifecycle::load_quantized), a tied lm_head.weight, and rotary inv_freq buffers.
+// lifecycle::load_quantized), a tied lm_head.weight, rotary inv_freq buffers, and the transform
+// matrices compressed-tensors saves with a transform_config ("<module>.R3_q_attn.weight"; kvq
+// builds its own from the config).
 void check_checkpoint_tensors(const Architecture& arch, const model::ModelConfig& config,
                               const std::map<std::string, Shape>& tensors, std::string_view source);
 

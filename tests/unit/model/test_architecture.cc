@@ -99,6 +99,15 @@ TEST(Architecture, TensorTableAcceptsMatchingWeightsAndTheExtrasCheckpointsCarry
     t["model.layers.0.self_attn.rotary_emb.inv_freq"] = {8};
     t["lm_head.weight"] = {100, 64};
     EXPECT_EQ(error_of<Error>(c, t), "");
+    // compressed-tensors saves transform matrices ("R3_q_attn.weight"): allowed only when the
+    // config carries a transform_config.
+    t["model.layers.0.self_attn.R3_q_attn.weight"] = {16, 16};
+    EXPECT_NE(error_of<NotSupported>(c, t).find("R3_q_attn"), std::string::npos);
+    model::ModelConfig with_transforms = c;
+    with_transforms.raw["quantization_config"]["transform_config"] = {{"config_groups", {}}};
+    with_transforms.raw["quantization_config"]["transform_config"]["config_groups"]["R3"] = {
+        {"type", "hadamard"}};
+    EXPECT_EQ(error_of<Error>(with_transforms, t), "");
   }
 }
 
