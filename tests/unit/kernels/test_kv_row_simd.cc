@@ -197,7 +197,9 @@ TEST(KvRowSimd, DotAndAxpyLeaveTheStreamScaleOut) {
     std::vector<float> deq(n), acc(n, 0.0f);
     kernels::dequantize_row(f, row.data(), n, scale, 0.0f, gs, deq.data());
     axpy_row(f, 1.0f, row.data(), n, 0.0f, acc.data());
-    const float fold = t.global_scale ? 1.0f / gs : scale;
+    // In-row block scales (nvfp4, int8_g32, int4_g32) are applied; the stream factor is then
+    // 1 / global_scale (always 1 in a KV cache for the group formats).
+    const float fold = t.has_row_scales() ? 1.0f / gs : scale;
     for (std::int64_t i = 0; i < n; ++i)
       EXPECT_NEAR(acc[i] * fold, deq[i], 1e-6f * std::fabs(deq[i]) + 1e-30f)
           << kv_format_name(f) << " " << i;
