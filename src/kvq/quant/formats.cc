@@ -239,6 +239,47 @@ struct Group {
 using Int8G32 = Group<8, int8_g32_scale, -127, 127>;
 using Int4G32 = Group<4, int4_g32_scale, -8, 7>;
 
+// int4_g32a (q4_1): unsigned nibbles q in [0, 15], then per block fp16 d and fp16 m.
+namespace int4_g32a {
+void quantize(const RowCodec& c, const float* x, std::byte* out) {
+  const std::int64_t n = c.n;
+  const auto code_bytes = static_cast<std::size_t>(group_scales_offset(4, n));
+  std::memset(out, 0, code_bytes);  // an odd tail pads q = 0
+  for (std::int64_t b0 = 0; b0 < n; b0 += kGroupValues) {
+    const std::int64_t b1 = std::min<std::int64_t>(n, b0 + kGroupValues);
+    float lo = 0.0f, hi = 0.0f;
+    bool any = false;
+    for (std::int64_t i = b0; i < b1; ++i) {
+      if (std::isnan(x[i])) continue;
+      lo = any ? std::min(lo, x[i]) : x[i];
+      hi = any ? std::max(hi, x[i]) : x[i];
+      any = true;
+    }
+    const std::uint16_t hd = f32_to_fp16(std::min((hi - lo) / 15.0f, kFp16Max));
+    const std::uint16_t hm = f32_to_fp16(clamp(lo, -kFp16Max, kFp16Max));
+    std::byte* sm = out + code_bytes + 4 * (b0 / kGroupValues);
+    std::memcpy(sm, &hd, 2);
+    std::memcpy(sm + 2, &hm, 2);
+    const float d = fp16_to_f32(hd), m = fp16_to_f32(hm);
+    for (std::int64_t i = b0; i < b1; ++i) {
+      const int q = d == 0.0f ? 0 : round_int((x[i] - m) / d, 0.0f, 15.0f);
+      out[i / 2] |= static_cast<std::byte>((i & 1) ? q << 4 : q);
+    }
+  }
+}
+float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
+  const std::int64_t off = group_scales_offset(4, n);
+  return std::fma(static_cast<float>(nibble(row, i)) - zero_point, group_scale(row, off, i, 4),
+                  detail::group_min(row, off, i));
+}
+float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
+  const std::int64_t off = group_scales_offset(4, c.n);
+  return std::fma(static_cast<float>(nibble(row, i)) - c.zero_point,
+                  group_scale(row, off, i, 4) / c.global_scale,
+                  detail::group_min(row, off, i) / c.global_scale);
+}
+}  // namespace int4_g32a
+
 // ---- dynamic-parameter rules -----------------------------------------------------------------
 
 // compressed-tensors' symmetric calculate_qparams on the format's grid, in fp32:
@@ -389,6 +430,19 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = Int4G32::quantize,
      .unscaled = Int4G32::unscaled,
      .value = Int4G32::value},
+    {.format = KvFormat::kINT4G32A,
+     .name = "int4_g32a",
+     .aliases = {"q4_1", "i4_g32a"},
+     .bits = 4,
+     .block_values = 32,
+     .block_bytes = 20,
+     .head_dim_multiple = 32,
+     .code_min = 0.0f,
+     .code_max = 15.0f,
+     .block_min = true,
+     .quantize_row = int4_g32a::quantize,
+     .unscaled = int4_g32a::unscaled,
+     .value = int4_g32a::value},
 }};
 
 constexpr bool rows_in_enum_order() {

@@ -5,8 +5,8 @@
 //
 // A row is the head_dim values of one token of one kv head. Scales are per row stream (per
 // tensor or per head, as compressed-tensors' kv_cache_scheme defines them) and passed in; NVFP4
-// and the group formats (int8_g32, int4_g32: llama.cpp's q8_0 / q4_0 families) keep per-block
-// scales inside the row. Row layouts (little-endian, n = head_dim):
+// and the group formats (int8_g32, int4_g32, int4_g32a: llama.cpp's q8_0 / q4_0 / q4_1) keep
+// per-block scales inside the row. Row layouts (little-endian, n = head_dim):
 //   f32 / bf16 / f16  n plain values of x / scale (scale is 1 for an unquantized cache)
 //   fp8   n E4M3 bytes (float8_e4m3fn)
 //   fp8_e5m2  n E5M2 bytes (float8_e5m2, vLLM's other FP8 KV dtype)
@@ -25,10 +25,12 @@
 //   int4_g32  ceil(n/2) bytes of int4 nibbles (exactly the int4 layout: q + 8, q in [-8, 7]), then
 //         ceil(n/32) fp16 block scales d (4.5 bits per value, like q4_0; q4_0 orders its nibbles
 //         differently: kvq keeps one nibble order for every format)
-//   Both are dynamic and need no calibration: each block's scale comes from the row itself when
-//   it is written, so they have no per-stream parameter (KvScales::kNone, like f16). The KV cache
-//   needs head_dim % 32 == 0 for them (KvFormatTraits::head_dim_multiple); the codec itself pads
-//   a partial last block.
+//   int4_g32a ceil(n/2) bytes of UNSIGNED nibbles q in [0, 15] (int4 order, no offset), then per
+//         block of 32 an fp16 scale d and an fp16 minimum m (5 bits per value, like q4_1)
+//   All three are dynamic and need no calibration: each block's scale comes from the row itself
+//   when it is written, so they have no per-stream parameter (KvScales::kNone, like f16). The KV
+//   cache needs head_dim % 32 == 0 for them (KvFormatTraits::head_dim_multiple); the codec itself
+//   pads a partial last block.
 //
 // Quantization math is compressed-tensors 0.19.0's `_quantize` in fp32 (see fake_quantize.h):
 //   int:  q = round_half_even(clamp(x / scale + zp, code_min, code_max))
@@ -47,6 +49,9 @@
 //         so m gets code -8 and the other side reaches +7 (KLD 0.076 vs 0.094 for a symmetric
 //         amax / 7 on the default model: docs/numerics.md). Both divide by the STORED fp16 scale
 //         (q4_0 multiplies by 1 / the fp32 one), so codes are the nearest to what decodes.
+//   int4_g32a (llama.cpp q4_1: asymmetric per block; NaN is ignored by min / max):
+//         d = fp16(min((max - min) / 15, 65504)), m = fp16(clamp(min, ±65504))
+//         q = d == 0 ? 0 : round_half_even(clamp((x - m) / d, 0, 15)), decoded fma(q, d, m)
 // and dequantization is `(q - zp) * scale` (nvfp4: q * (block_scale / global_scale); the group
 // formats: q * d), so
 // dequantize_row(quantize_row(x)) equals kvq::quant::fake_quantize bit for bit, except that a
@@ -57,7 +62,7 @@
 // -zp * scale; an nvfp4 block containing a NaN gets a NaN block scale, so the whole block decodes
 // to NaN (as fake_quantize's NaN amax does). ±inf saturate to the format's largest value; in a
 // group format a ±inf makes its block's scale the largest fp16 (the block's other values then
-// round to 0 or ±1 codes), and NaN stores q = 0 (decodes to ±0).
+// round to 0 or ±1 codes), and NaN stores q = 0 (decodes to ±0; int4_g32a: to the block's m).
 //
 // Adding a format: an enumerator (and kKvFormatCount) here, a row and its codec functions in
 // formats.cc, a row in kernels/cpu/kv_format_simd.inc (docs/design.md, "Where things go").
@@ -86,8 +91,9 @@ enum class KvFormat : std::uint8_t {
   kFP8E5M2,
   kINT8G32,
   kINT4G32,
+  kINT4G32A,
 };
-inline constexpr std::size_t kKvFormatCount = 10;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 11;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).
@@ -141,6 +147,9 @@ struct KvFormatTraits {
   // The grid x / scale + zero_point is clamped to before rounding (0, 0 for plain formats);
   // zero points are integers in it, and dynamic scales map the first write's amax onto it.
   float code_min, code_max;
+  // Its in-row blocks also carry an fp16 minimum after their scale (int4_g32a): element i is
+  // fma(code, block_scale, block_min).
+  bool block_min;
   KvIntCodes int8_query_codes;  // kNone: no int8-query scores
   int int8_query_multiple;      // int8-query rows need head_dim a multiple of this
   KvArgsForm args;
@@ -159,7 +168,7 @@ struct KvFormatTraits {
   float (*dynamic_param)(const KvFormatTraits& traits, float amax);
 
   bool supports_int8_query() const { return int8_query_codes != KvIntCodes::kNone; }
-  // The row holds per-block scales after its codes (nvfp4, int8_g32, int4_g32).
+  // The row holds per-block scales after its codes (nvfp4, int8_g32, int4_g32, int4_g32a).
   constexpr bool has_row_scales() const { return block_bytes * 8 > block_values * bits; }
 };
 

@@ -51,10 +51,18 @@ inline constexpr std::int64_t kGroupValues = 32;  // values per int8_g32 / int4_
 // Where a group format's fp16 block scales start: after the codes of n values of `bits` bits.
 constexpr std::int64_t group_scales_offset(int bits, std::int64_t n) { return (n * bits + 7) / 8; }
 
-// The fp16 block scale of element i of a group-format row whose scales start at `offset`.
-inline float group_scale(const std::byte* row, std::int64_t offset, std::int64_t i) {
+// The fp16 block scale of element i of a group-format row whose scales start at `offset`, with
+// `stride` bytes per block (2: a scale; 4: a scale and a minimum, int4_g32a).
+inline float group_scale(const std::byte* row, std::int64_t offset, std::int64_t i,
+                         std::int64_t stride = 2) {
   std::uint16_t h;
-  std::memcpy(&h, row + offset + 2 * (i / kGroupValues), 2);
+  std::memcpy(&h, row + offset + stride * (i / kGroupValues), 2);
+  return fp16_to_f32(h);
+}
+// int4_g32a: the fp16 minimum after element i's block scale.
+inline float group_min(const std::byte* row, std::int64_t offset, std::int64_t i) {
+  std::uint16_t h;
+  std::memcpy(&h, row + offset + 4 * (i / kGroupValues) + 2, 2);
   return fp16_to_f32(h);
 }
 

@@ -91,6 +91,7 @@ TEST_F(CliKvCache, GenerateRunsEveryFormatAndReportsItsBytes) {
       // The group formats: one fp16 scale per 32 values in the row, no stream scale.
       {"q8_0", "int8_g32", "none", kValuesPerToken + kValuesPerToken / 16},
       {"int4_g32", "int4_g32", "none", kValuesPerToken / 2 + kValuesPerToken / 16},
+      {"q4_1", "int4_g32a", "none", kValuesPerToken / 2 + kValuesPerToken / 8},
   };
   for (const Case& c : cases) {
     CliResult r;

@@ -1,10 +1,10 @@
-// The group KV formats (int8_g32, int4_g32: one fp16 scale per 32 values inside each row, from
-// that row) on the default model (SmolLM2-135M-Instruct, head_dim 64): a packed cache computes
-// exactly what the scalar codec's quantize-dequantize computes when applied by key / value hooks
-// to the same rows of an fp32 cache (fake quantization). Both see identical dequantized values
-// and the attention kernels decode each row to exactly those values in the fp32 kernels' order,
-// so prefill and decode logits are bit-identical. The tiny test models (head_dim 16) cannot hold
-// a 32-value block: refused by name.
+// The group KV formats (int8_g32, int4_g32, int4_g32a: one fp16 scale (and minimum) per 32
+// values inside each row, from that row) on the default model (SmolLM2-135M-Instruct, head_dim 64):
+// a packed cache computes exactly what the scalar codec's quantize-dequantize computes when applied
+// by key / value hooks to the same rows of an fp32 cache (fake quantization). Both see identical
+// dequantized values and the attention kernels decode each row to exactly those values in the fp32
+// kernels' order, so prefill and decode logits are bit-identical. The tiny test models (head_dim
+// 16) cannot hold a 32-value block: refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +23,7 @@ namespace {
 
 using quant::KvFormat;
 
-constexpr KvFormat kGroupFormats[] = {KvFormat::kINT8G32, KvFormat::kINT4G32};
+constexpr KvFormat kGroupFormats[] = {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A};
 
 class GroupKvFormats : public ::testing::Test {
  protected:

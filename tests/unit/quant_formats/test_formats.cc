@@ -89,7 +89,10 @@ TEST(KvFormats, TraitsTable) {
   EXPECT_EQ(parse_kv_format("Q8_0"), KvFormat::kINT8G32);  // llama.cpp's name
   EXPECT_EQ(parse_kv_format("int4_g32"), KvFormat::kINT4G32);
   EXPECT_EQ(parse_kv_format("q4_0"), KvFormat::kINT4G32);
-  for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32}) {
+  EXPECT_EQ(parse_kv_format("q4_1"), KvFormat::kINT4G32A);
+  EXPECT_TRUE(kv_format_traits(KvFormat::kINT4G32A).block_min);
+  EXPECT_FALSE(kv_format_traits(KvFormat::kINT4G32).block_min);
+  for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A}) {
     const auto& t = kv_format_traits(f);
     EXPECT_FALSE(t.needs_scale) << t.name;  // no per-stream parameter: scales are in-row
     EXPECT_FALSE(t.global_scale) << t.name;
@@ -204,7 +207,8 @@ TEST(KvFormats, RowBytes) {
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT8G32, 128), 128u + 8u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32, 64), 32u + 4u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32, 128), 64u + 8u);
-  EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32, 33), 17u + 4u);  // partial block padded
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32, 33), 17u + 4u);   // partial block padded
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32A, 64), 32u + 8u);  // fp16 scale + minimum per block
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kF32), 4.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kBF16), 2.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kFP8E4M3), 1.0);
@@ -212,8 +216,9 @@ TEST(KvFormats, RowBytes) {
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT8), 1.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4), 0.5);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kNVFP4), 0.5625);
-  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT8G32), 8.5 / 8);  // q8_0's 8.5 bits
-  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4G32), 4.5 / 8);  // q4_0's 4.5 bits
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT8G32), 8.5 / 8);   // q8_0's 8.5 bits
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4G32), 4.5 / 8);   // q4_0's 4.5 bits
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4G32A), 5.0 / 8);  // q4_1's 5 bits
   for (const auto& t : kv_format_table())  // bytes per value is the row size of whole blocks
     EXPECT_DOUBLE_EQ(kv_bytes_per_value(t.format) * 1024,
                      static_cast<double>(kv_row_bytes(t.format, 1024)));
@@ -336,6 +341,58 @@ TEST(KvFormats, GroupFormatsFollowTheirWrittenRule) {
             ASSERT_TRUE(same_value(got[i], q * d))
                 << kv_format_name(f) << " n " << n << " i " << i << " x " << x[i];
           }
+        }
+      }
+    }
+  }
+}
+
+// int4_g32a (q4_1): d = (max - min) / 15 and m = min in fp16, unsigned codes, decoded
+// fma(q, d, m); hand-made values, then the written rule on random rows.
+TEST(KvFormats, Int4G32aLayoutAndRule) {
+  std::vector<float> x(64, 1.0f);
+  x[0] = -2.0f;   // min: m = -2
+  x[1] = 5.5f;    // max: d = 7.5 / 15 = 0.5, code 15
+  x[2] = -1.25f;  // 1.5 -> 2 (ties to even)
+  x[3] = kNaN;    // ignored by min / max, code 0: decodes to m
+  std::vector<std::byte> row(kv_row_bytes(KvFormat::kINT4G32A, 64));
+  quantize_row(KvFormat::kINT4G32A, x.data(), 64, 1.0f, 0.0f, 1.0f, row.data());
+  EXPECT_EQ(row[0], std::byte{15 << 4 | 0});
+  EXPECT_EQ(row[1], std::byte{0 << 4 | 2});
+  EXPECT_EQ(row[2], std::byte{6 << 4 | 6});  // 1.0: (1 + 2) / 0.5 = 6
+  EXPECT_EQ(fp16_at(row, 32), f32_to_fp16(0.5f));
+  EXPECT_EQ(fp16_at(row, 34), f32_to_fp16(-2.0f));
+  EXPECT_EQ(fp16_at(row, 36), 0u);  // block 1 is constant 1: d = 0, m = 1, codes 0
+  EXPECT_EQ(fp16_at(row, 38), f32_to_fp16(1.0f));
+  std::vector<float> got(64);
+  dequantize_row(KvFormat::kINT4G32A, row.data(), 64, 1.0f, 0.0f, 1.0f, got.data());
+  EXPECT_EQ(got[0], -2.0f);
+  EXPECT_EQ(got[1], 5.5f);
+  EXPECT_EQ(got[2], -1.0f);
+  EXPECT_EQ(got[3], -2.0f);
+  EXPECT_EQ(got[40], 1.0f);
+
+  std::mt19937 rng(33);
+  for (std::int64_t n : {32, 64, 128, 48}) {
+    for (float spread : {1e-3f, 0.3f, 40.0f}) {
+      const std::vector<float> r = random_row(rng, n, spread);
+      row.assign(kv_row_bytes(KvFormat::kINT4G32A, n), std::byte{0});
+      quantize_row(KvFormat::kINT4G32A, r.data(), n, 1.0f, 0.0f, 1.0f, row.data());
+      got.resize(static_cast<std::size_t>(n));
+      dequantize_row(KvFormat::kINT4G32A, row.data(), n, 1.0f, 0.0f, 1.0f, got.data());
+      const auto offset = static_cast<std::size_t>((n + 1) / 2);
+      for (std::int64_t b0 = 0; b0 < n; b0 += 32) {
+        const std::int64_t b1 = std::min<std::int64_t>(n, b0 + 32);
+        const float lo = *std::min_element(r.begin() + b0, r.begin() + b1);
+        const float hi = *std::max_element(r.begin() + b0, r.begin() + b1);
+        const std::size_t at = offset + 4 * static_cast<std::size_t>(b0 / 32);
+        ASSERT_EQ(fp16_at(row, at), f32_to_fp16((hi - lo) / 15.0f)) << n;
+        ASSERT_EQ(fp16_at(row, at + 2), f32_to_fp16(lo)) << n;
+        const float d = fp16_to_f32(f32_to_fp16((hi - lo) / 15.0f));
+        const float m = fp16_to_f32(f32_to_fp16(lo));
+        for (std::int64_t i = b0; i < b1; ++i) {
+          const float q = std::nearbyint(std::clamp((r[i] - m) / d, 0.0f, 15.0f));
+          ASSERT_TRUE(same_value(got[i], std::fma(q, d, m))) << n << " " << i << " " << r[i];
         }
       }
     }

@@ -57,6 +57,7 @@ TEST(KvCacheOption, ParsesModesFormatsAliasesAndGranularity) {
            {"Q8_0", KvFormat::kINT8G32, std::nullopt},  // llama.cpp's names
            {"int4_g32", KvFormat::kINT4G32, std::nullopt},
            {"q4_0", KvFormat::kINT4G32, std::nullopt},
+           {"q4_1", KvFormat::kINT4G32A, std::nullopt},
        }) {
     const KvCacheOption o = parse_kv_cache_option(c.text);
     EXPECT_EQ(o.mode, Mode::kFormat) << c.text;
