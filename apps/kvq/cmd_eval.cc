@@ -125,8 +125,9 @@ void register_eval(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--kv-cache", a->kv_cache,
                   "The scheme's KV cache: auto (the recipe's or the checkpoint's packed cache with "
-                  "its calibrated scales), or without --recipe FORMAT[:tensor|head] with dynamic "
-                  "scales on the plain model (e.g. int8:head, nvfp4, fp8_e5m2)")
+                  "its calibrated scales), or without --recipe (or with a rotation-only recipe) "
+                  "FORMAT[:tensor|head] with dynamic scales on the plain model (e.g. int8:head, "
+                  "nvfp4, fp8_e5m2, int4_g32)")
       ->capture_default_str();
   cmd->add_option("--task", a->task, "wikitext2 (PPL on --text) | kld | gsm8k")
       ->capture_default_str();

@@ -98,6 +98,14 @@ const std::vector<SchemeDef>& builtin_schemes() {
       {"KV-NVFP4-Calibrated",
        "NVFP4 K/V packed cache, global scale per KV head calibrated (kv_nvfp4.yaml)",
        r("kv_nvfp4.yaml"), "auto", false, false},
+      // llama.cpp's q8_0 / q4_0 KV caches: one fp16 scale per 32 values inside each row, from
+      // that row (nothing calibrated). Not in the default list (run them by name).
+      {"KV-INT8-Group32", "INT8 K/V packed cache, one fp16 scale per 32 values (q8_0-style)", "",
+       "int8_g32", false, false},
+      {"KV-INT4-Group32", "INT4 K/V packed cache, one fp16 scale per 32 values (q4_0-style)", "",
+       "int4_g32", false, false},
+      {"KV-INT4-Group32+R3", "KV-INT4-Group32 of K/V rotated by SpinQuant R2 + R3",
+       r("rotate_r2_r3.yaml"), "int4_g32", false, false},
   };
   return table;
 }

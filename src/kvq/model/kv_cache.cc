@@ -48,6 +48,14 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
   p.dynamic_granularity = spec.granularity.value_or(KvScaleGranularity::kHead);
   if (t.global_scale) {
     p.scale.assign(static_cast<std::size_t>(kv_heads), 1.0f);  // unused: block scales in-row
+  } else if (t.has_row_scales()) {  // int8_g32 / int4_g32: only in-row scales
+    if (!scale.empty()) {
+      fail<InvalidArgument>(
+          "KV cache ({}): layer {} has a {}, but {} has no stream scale: its block scales are "
+          "computed from each row when it is written",
+          t.name, layer, sname, t.name);
+    }
+    p.scale.assign(static_cast<std::size_t>(kv_heads), 1.0f);
   } else if (dynamic && scale.empty()) {
     p.scale.assign(static_cast<std::size_t>(kv_heads), kNaN);  // fixed by the first write
   } else {
@@ -243,6 +251,13 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
   }
   if (static_cast<std::size_t>(spec.format) >= quant::kv_format_table().size()) {
     fail<InvalidArgument>("KV cache: unknown format {}", static_cast<int>(spec.format));
+  }
+  if (const quant::KvFormatTraits& t = quant::kv_format_traits(spec.format);
+      t.head_dim_multiple > 0 && head_dim % t.head_dim_multiple != 0) {
+    fail<InvalidArgument>(
+        "KV cache ({}): head_dim {} is not a multiple of {}: {} stores one scale per block of {} "
+        "values of a row",
+        t.name, head_dim, t.head_dim_multiple, t.name, t.block_values);
   }
   if (!spec.layers.empty() && static_cast<std::int64_t>(spec.layers.size()) != layers) {
     fail<InvalidArgument>("KV cache ({}): the config has scales for {} layers, the model has {}",

@@ -3,7 +3,9 @@
 // Layout of every layer's K and V buffer: [batch, kv_heads, capacity, row_bytes] where a row is
 // the head_dim values of one token of one kv head in the format's row layout
 // (kvq/quant/formats.h: f32 / bf16 / f16 / fp8 e4m3 / int8 / int4 nibbles / nvfp4 nibbles + E4M3
-// block scales); a (batch, head) stream is `capacity` contiguous rows. Keys are stored post-RoPE,
+// block scales / int8_g32, int4_g32, int4_g32a codes + fp16 block scales (and minima), which need
+// head_dim % 32 == 0);
+// a (batch, head) stream is `capacity` contiguous rows. Keys are stored post-RoPE,
 // both before GQA head repetition, exactly what the key/value hooks saw (after they ran).
 //
 // Every (layer, kv head) stream of K and of V has its own dequantization parameters, shared by
@@ -88,7 +90,8 @@ std::string_view kv_granularity_name(KvScaleGranularity granularity);  // "head"
 
 // Where a cache's quantization parameters come from.
 enum class KvScales : std::uint8_t {
-  kNone,        // f32 / bf16 / f16: stored unscaled
+  kNone,        // f32 / bf16 / f16: stored unscaled; int8_g32 / int4_g32 / int4_g32a: in-row block
+                // scales, computed from each row when it is written (no per-stream parameter)
   kCalibrated,  // given in KvCacheConfig::layers (a calibration's or a checkpoint's k/v qparams;
                 // nvfp4 global scales left empty there are dynamic per head)
   kDynamic,     // fixed from the data by the first write (see above), per `granularity`

@@ -165,6 +165,121 @@ float value_nvfp4(const RowCodec& c, const std::byte* row, std::int64_t i) {
   return e2m1_to_f32(nibble(row, i)) * (nvfp4_block_scale(row, c.n, i) / c.global_scale);
 }
 
+// ---- int8_g32 / int4_g32: int codes, then one fp16 scale per 32 values ---------------------
+
+using detail::group_scale;
+using detail::group_scales_offset;
+using detail::kGroupValues;
+
+constexpr float kFp16Max = 65504.0f;
+
+// Scale rules of one block x[0, m) (NaN ignored): the fp32 scale before its fp16 rounding.
+// int8_g32: amax / 127.
+float int8_g32_scale(const float* x, std::int64_t m) {
+  float amax = 0.0f;
+  for (std::int64_t i = 0; i < m; ++i)
+    if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
+  return amax / 127.0f;
+}
+// int4_g32: llama.cpp q4_0's d = max / -8 with max the value of largest magnitude (the first on
+// ties), sign kept.
+float int4_g32_scale(const float* x, std::int64_t m) {
+  float amax = 0.0f, max = 0.0f;
+  for (std::int64_t i = 0; i < m; ++i) {
+    if (!std::isnan(x[i]) && std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  return max / -8.0f;
+}
+
+// Codes of a group format with nibbles (4 bits) or bytes (8 bits) and the scale rule above:
+// d = fp16(clamp(rule, ±65504)), q = d == 0 ? 0 : round_half_even(clamp(x / d, lo, hi)).
+template <int kBits, float (*Scale)(const float*, std::int64_t), int kLo, int kHi>
+struct Group {
+  static void quantize(const RowCodec& c, const float* x, std::byte* out) {
+    const std::int64_t n = c.n;
+    const auto code_bytes = static_cast<std::size_t>(group_scales_offset(kBits, n));
+    std::memset(out, kBits == 4 ? 0x88 : 0, code_bytes);  // an odd tail pads q = 0
+    for (std::int64_t b0 = 0; b0 < n; b0 += kGroupValues) {
+      const std::int64_t m = std::min<std::int64_t>(kGroupValues, n - b0);
+      const std::uint16_t h = f32_to_fp16(clamp(Scale(x + b0, m), -kFp16Max, kFp16Max));
+      std::memcpy(out + code_bytes + 2 * (b0 / kGroupValues), &h, 2);
+      const float d = fp16_to_f32(h);
+      for (std::int64_t i = b0; i < b0 + m; ++i) {
+        const int q = d == 0.0f ? 0 : round_int(x[i] / d, kLo, kHi);
+        if constexpr (kBits == 8) {
+          out[i] = static_cast<std::byte>(static_cast<std::int8_t>(q));
+        } else {
+          out[i / 2] = (i & 1)
+                           ? ((out[i / 2] & std::byte{0x0f}) | static_cast<std::byte>((q + 8) << 4))
+                           : ((out[i / 2] & std::byte{0xf0}) | static_cast<std::byte>(q + 8));
+        }
+      }
+    }
+  }
+  static float code(const std::byte* row, std::int64_t i) {
+    if constexpr (kBits == 8) {
+      return static_cast<float>(static_cast<std::int8_t>(row[i]));
+    } else {
+      return static_cast<float>(static_cast<int>(nibble(row, i)) - 8);
+    }
+  }
+  // (q - zp) * d; the SIMD kernels' order of operations (zero_point is 0 here).
+  static float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
+    return (code(row, i) - zero_point) * group_scale(row, group_scales_offset(kBits, n), i);
+  }
+  // (q - zp) * (d / global_scale): global_scale is 1 (no per-stream parameter).
+  static float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
+    return (code(row, i) - c.zero_point) *
+           (group_scale(row, group_scales_offset(kBits, c.n), i) / c.global_scale);
+  }
+};
+using Int8G32 = Group<8, int8_g32_scale, -127, 127>;
+using Int4G32 = Group<4, int4_g32_scale, -8, 7>;
+
+// int4_g32a (q4_1): unsigned nibbles q in [0, 15], then per block fp16 d and fp16 m.
+namespace int4_g32a {
+void quantize(const RowCodec& c, const float* x, std::byte* out) {
+  const std::int64_t n = c.n;
+  const auto code_bytes = static_cast<std::size_t>(group_scales_offset(4, n));
+  std::memset(out, 0, code_bytes);  // an odd tail pads q = 0
+  for (std::int64_t b0 = 0; b0 < n; b0 += kGroupValues) {
+    const std::int64_t b1 = std::min<std::int64_t>(n, b0 + kGroupValues);
+    float lo = 0.0f, hi = 0.0f;
+    bool any = false;
+    for (std::int64_t i = b0; i < b1; ++i) {
+      if (std::isnan(x[i])) continue;
+      lo = any ? std::min(lo, x[i]) : x[i];
+      hi = any ? std::max(hi, x[i]) : x[i];
+      any = true;
+    }
+    const std::uint16_t hd = f32_to_fp16(std::min((hi - lo) / 15.0f, kFp16Max));
+    const std::uint16_t hm = f32_to_fp16(clamp(lo, -kFp16Max, kFp16Max));
+    std::byte* sm = out + code_bytes + 4 * (b0 / kGroupValues);
+    std::memcpy(sm, &hd, 2);
+    std::memcpy(sm + 2, &hm, 2);
+    const float d = fp16_to_f32(hd), m = fp16_to_f32(hm);
+    for (std::int64_t i = b0; i < b1; ++i) {
+      const int q = d == 0.0f ? 0 : round_int((x[i] - m) / d, 0.0f, 15.0f);
+      out[i / 2] |= static_cast<std::byte>((i & 1) ? q << 4 : q);
+    }
+  }
+}
+float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
+  const std::int64_t off = group_scales_offset(4, n);
+  return std::fma(static_cast<float>(nibble(row, i)) - zero_point, group_scale(row, off, i, 4),
+                  detail::group_min(row, off, i));
+}
+float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
+  const std::int64_t off = group_scales_offset(4, c.n);
+  return std::fma(static_cast<float>(nibble(row, i)) - c.zero_point,
+                  group_scale(row, off, i, 4) / c.global_scale,
+                  detail::group_min(row, off, i) / c.global_scale);
+}
+}  // namespace int4_g32a
+
 // ---- dynamic-parameter rules -----------------------------------------------------------------
 
 // compressed-tensors' symmetric calculate_qparams on the format's grid, in fp32:
@@ -291,6 +406,43 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .unscaled = Fp8E5M2::unscaled,
      .value = scaled<Fp8E5M2::unscaled>,
      .dynamic_param = symmetric_scale},
+    {.format = KvFormat::kINT8G32,
+     .name = "int8_g32",
+     .aliases = {"q8_0", "i8_g32"},
+     .bits = 8,
+     .block_values = 32,
+     .block_bytes = 34,
+     .head_dim_multiple = 32,
+     .code_min = -127.0f,
+     .code_max = 127.0f,
+     .quantize_row = Int8G32::quantize,
+     .unscaled = Int8G32::unscaled,
+     .value = Int8G32::value},
+    {.format = KvFormat::kINT4G32,
+     .name = "int4_g32",
+     .aliases = {"q4_0", "i4_g32"},
+     .bits = 4,
+     .block_values = 32,
+     .block_bytes = 18,
+     .head_dim_multiple = 32,
+     .code_min = -8.0f,
+     .code_max = 7.0f,
+     .quantize_row = Int4G32::quantize,
+     .unscaled = Int4G32::unscaled,
+     .value = Int4G32::value},
+    {.format = KvFormat::kINT4G32A,
+     .name = "int4_g32a",
+     .aliases = {"q4_1", "i4_g32a"},
+     .bits = 4,
+     .block_values = 32,
+     .block_bytes = 20,
+     .head_dim_multiple = 32,
+     .code_min = 0.0f,
+     .code_max = 15.0f,
+     .block_min = true,
+     .quantize_row = int4_g32a::quantize,
+     .unscaled = int4_g32a::unscaled,
+     .value = int4_g32a::value},
 }};
 
 constexpr bool rows_in_enum_order() {

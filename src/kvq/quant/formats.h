@@ -4,8 +4,9 @@
 // cpu/kv_format_simd.inc); this file is their ground truth.
 //
 // A row is the head_dim values of one token of one kv head. Scales are per row stream (per
-// tensor or per head, as compressed-tensors' kv_cache_scheme defines them) and passed in; only
-// NVFP4 keeps per-block scales inside the row. Row layouts (little-endian, n = head_dim):
+// tensor or per head, as compressed-tensors' kv_cache_scheme defines them) and passed in; NVFP4
+// and the group formats (int8_g32, int4_g32, int4_g32a: llama.cpp's q8_0 / q4_0 / q4_1) keep
+// per-block scales inside the row. Row layouts (little-endian, n = head_dim):
 //   f32 / bf16 / f16  n plain values of x / scale (scale is 1 for an unquantized cache)
 //   fp8   n E4M3 bytes (float8_e4m3fn)
 //   fp8_e5m2  n E5M2 bytes (float8_e5m2, vLLM's other FP8 KV dtype)
@@ -19,6 +20,17 @@
 //         exactly the int4 layout (one unpack kernel, 32-byte aligned loads for head_dim 64),
 //         the scales are one contiguous load, and it mirrors compressed-tensors' checkpoint
 //         layout (`*_packed` [.., n/2] + `*_scale` [.., n/16]). Same bytes per row either way.
+//   int8_g32  n int8 codes q in [-127, 127], then ceil(n/32) fp16 block scales d (8.5 bits per
+//         value, the bytes of llama.cpp's q8_0 with the scales moved to the end of the row)
+//   int4_g32  ceil(n/2) bytes of int4 nibbles (exactly the int4 layout: q + 8, q in [-8, 7]), then
+//         ceil(n/32) fp16 block scales d (4.5 bits per value, like q4_0; q4_0 orders its nibbles
+//         differently: kvq keeps one nibble order for every format)
+//   int4_g32a ceil(n/2) bytes of UNSIGNED nibbles q in [0, 15] (int4 order, no offset), then per
+//         block of 32 an fp16 scale d and an fp16 minimum m (5 bits per value, like q4_1)
+//   All three are dynamic and need no calibration: each block's scale comes from the row itself
+//   when it is written, so they have no per-stream parameter (KvScales::kNone, like f16). The KV
+//   cache needs head_dim % 32 == 0 for them (KvFormatTraits::head_dim_multiple); the codec itself
+//   pads a partial last block.
 //
 // Quantization math is compressed-tensors 0.19.0's `_quantize` in fp32 (see fake_quantize.h):
 //   int:  q = round_half_even(clamp(x / scale + zp, code_min, code_max))
@@ -28,14 +40,29 @@
 //   nvfp4 (tensor_group, group 16, `global_scale` = the stream's fp32 global scale):
 //         block_scale = e4m3(clamp(global_scale * (amax_block / 6), ±448)), 0 -> 0.125
 //         q = e2m1(clamp(x / (block_scale / global_scale), -6, 6))
-// and dequantization is `(q - zp) * scale` (nvfp4: q * (block_scale / global_scale)), so
+//   int8_g32 (kvq's rule, per block of 32; NaN is ignored by the amax):
+//         d = fp16(min(amax_block / 127, 65504)) (round to nearest even)
+//         q = d == 0 ? 0 : round_half_even(clamp(x / d, -127, 127))
+//   int4_g32 (llama.cpp q4_0's scale: m = the block's value of largest magnitude, the first one
+//         on ties, keeping its sign; NaN is ignored):
+//         d = fp16(clamp(m / -8, ±65504)), q = d == 0 ? 0 : round_half_even(clamp(x / d, -8, 7))
+//         so m gets code -8 and the other side reaches +7 (KLD 0.076 vs 0.094 for a symmetric
+//         amax / 7 on the default model: docs/numerics.md). Both divide by the STORED fp16 scale
+//         (q4_0 multiplies by 1 / the fp32 one), so codes are the nearest to what decodes.
+//   int4_g32a (llama.cpp q4_1: asymmetric per block; NaN is ignored by min / max):
+//         d = fp16(min((max - min) / 15, 65504)), m = fp16(clamp(min, ±65504))
+//         q = d == 0 ? 0 : round_half_even(clamp((x - m) / d, 0, 15)), decoded fma(q, d, m)
+// and dequantization is `(q - zp) * scale` (nvfp4: q * (block_scale / global_scale); the group
+// formats: q * d), so
 // dequantize_row(quantize_row(x)) equals kvq::quant::fake_quantize bit for bit, except that a
 // zero may come back with the other sign (int codes have no -0).
 //
 // NaN policy: fp8 / fp8_e5m2 keep NaN (a NaN code); int8/int4 store q = 0 for NaN (what torch's
 // `.to(int8)` gives on x86, i.e. compressed-tensors' compressed checkpoint), so NaN decodes as
 // -zp * scale; an nvfp4 block containing a NaN gets a NaN block scale, so the whole block decodes
-// to NaN (as fake_quantize's NaN amax does). ±inf saturate to the format's largest value.
+// to NaN (as fake_quantize's NaN amax does). ±inf saturate to the format's largest value; in a
+// group format a ±inf makes its block's scale the largest fp16 (the block's other values then
+// round to 0 or ±1 codes), and NaN stores q = 0 (decodes to ±0; int4_g32a: to the block's m).
 //
 // Adding a format: an enumerator (and kKvFormatCount) here, a row and its codec functions in
 // formats.cc, a row in kernels/cpu/kv_format_simd.inc (docs/design.md, "Where things go").
@@ -53,8 +80,20 @@ namespace kvq::quant {
 struct QuantizationArgs;
 enum class QuantizationStrategy;
 
-enum class KvFormat : std::uint8_t { kF32, kBF16, kF16, kFP8E4M3, kINT8, kINT4, kNVFP4, kFP8E5M2 };
-inline constexpr std::size_t kKvFormatCount = 8;  // the number of enumerators above
+enum class KvFormat : std::uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kFP8E4M3,
+  kINT8,
+  kINT4,
+  kNVFP4,
+  kFP8E5M2,
+  kINT8G32,
+  kINT4G32,
+  kINT4G32A,
+};
+inline constexpr std::size_t kKvFormatCount = 11;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).
@@ -67,7 +106,7 @@ struct RowCodec {
   std::int64_t n = 0;  // values per row (head_dim); rows are kv_row_bytes(format, n) apart
   float scale = 1.0f;
   float zero_point = 0.0f;
-  float global_scale = 1.0f;  // nvfp4 only
+  float global_scale = 1.0f;  // nvfp4 only (1 for the group formats: their scales are in-row)
 };
 
 // The integer codes int8-query dot products multiply a K row by (kernels/cpu/int8_query.h).
@@ -88,14 +127,18 @@ struct KvArgsForm {
 
 struct KvFormatTraits {
   KvFormat format;
-  std::string_view name;  // "f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4", "fp8_e5m2"
+  // "f32", "bf16", "f16", "fp8", "int8", "int4", "nvfp4", "fp8_e5m2", "int8_g32", "int4_g32"
+  std::string_view name;
   std::array<std::string_view, 6> aliases;  // parse_kv_format also accepts these ("" = unused)
   // Layout: a block of block_values values takes block_bytes bytes, its in-row scale included
   // (nvfp4: 16 values, 8 + 1 bytes); a row is ceil(n * bits / 8) bytes of values followed by
   // ceil(n / block_values) in-row scales (kv_row_bytes).
   int bits;          // bits per value, block scales excluded
-  int block_values;  // values per block (1 for element formats, 2 for int4, 16 for nvfp4)
-  int block_bytes;   // bytes per block incl. its in-row scale (nvfp4: 8 + 1 = 9)
+  int block_values;  // values per block (1 for element formats, 2 for int4, 16 for nvfp4, 32 for
+                     // the group formats)
+  int block_bytes;   // bytes per block incl. its in-row scale (nvfp4: 8 + 1 = 9; int4_g32: 16 + 2)
+  // The KV cache refuses a head_dim that is not a multiple of this (0: any head_dim).
+  int head_dim_multiple;
   bool needs_scale;  // quantized: a per-stream parameter must be calibrated (or dynamic)
   // The per-stream parameter is a global scale over in-row block scales (nvfp4); the stream
   // scale is then unused (1).
@@ -104,6 +147,9 @@ struct KvFormatTraits {
   // The grid x / scale + zero_point is clamped to before rounding (0, 0 for plain formats);
   // zero points are integers in it, and dynamic scales map the first write's amax onto it.
   float code_min, code_max;
+  // Its in-row blocks also carry an fp16 minimum after their scale (int4_g32a): element i is
+  // fma(code, block_scale, block_min).
+  bool block_min;
   KvIntCodes int8_query_codes;  // kNone: no int8-query scores
   int int8_query_multiple;      // int8-query rows need head_dim a multiple of this
   KvArgsForm args;
@@ -122,6 +168,8 @@ struct KvFormatTraits {
   float (*dynamic_param)(const KvFormatTraits& traits, float amax);
 
   bool supports_int8_query() const { return int8_query_codes != KvIntCodes::kNone; }
+  // The row holds per-block scales after its codes (nvfp4, int8_g32, int4_g32, int4_g32a).
+  constexpr bool has_row_scales() const { return block_bytes * 8 > block_values * bits; }
 };
 
 const KvFormatTraits& kv_format_traits(KvFormat format);

@@ -1,12 +1,15 @@
 // Byte-level helpers of the packed row layouts (formats.h), shared by the scalar codecs in
 // formats.cc and the kernels that read packed rows (kvq/kernels/cpu): nibble order, the nvfp4
-// block-scale region, and the E4M3 decode table.
+// block-scale region, the group formats' fp16 block scales, and the E4M3 decode table.
 #pragma once
 
 #include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "kvq/core/dtype.h"
 
 namespace kvq::quant::detail {
 
@@ -41,6 +44,26 @@ inline std::uint8_t nibble(const std::byte* row, std::int64_t i) {
 // The E4M3 block scale of element i of an nvfp4 row of n values.
 inline float nvfp4_block_scale(const std::byte* row, std::int64_t n, std::int64_t i) {
   return kE4M3Table[static_cast<std::uint8_t>(row[nvfp4_scales_offset(n) + i / kNvfp4Group])];
+}
+
+inline constexpr std::int64_t kGroupValues = 32;  // values per int8_g32 / int4_g32 block scale
+
+// Where a group format's fp16 block scales start: after the codes of n values of `bits` bits.
+constexpr std::int64_t group_scales_offset(int bits, std::int64_t n) { return (n * bits + 7) / 8; }
+
+// The fp16 block scale of element i of a group-format row whose scales start at `offset`, with
+// `stride` bytes per block (2: a scale; 4: a scale and a minimum, int4_g32a).
+inline float group_scale(const std::byte* row, std::int64_t offset, std::int64_t i,
+                         std::int64_t stride = 2) {
+  std::uint16_t h;
+  std::memcpy(&h, row + offset + stride * (i / kGroupValues), 2);
+  return fp16_to_f32(h);
+}
+// int4_g32a: the fp16 minimum after element i's block scale.
+inline float group_min(const std::byte* row, std::int64_t offset, std::int64_t i) {
+  std::uint16_t h;
+  std::memcpy(&h, row + offset + 4 * (i / kGroupValues) + 2, 2);
+  return fp16_to_f32(h);
 }
 
 }  // namespace kvq::quant::detail

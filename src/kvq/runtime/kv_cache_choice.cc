@@ -105,7 +105,14 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
     } else {
       fail<InvalidArgument>("--kv-cache '{}': scale granularity must be 'tensor' or 'head'", text);
     }
-    if (!quant::kv_format_traits(o.format).needs_scale) {
+    const quant::KvFormatTraits& t = quant::kv_format_traits(o.format);
+    if (!t.needs_scale && t.has_row_scales()) {
+      fail<NotSupported>(
+          "--kv-cache '{}': {} has no stream scales to choose a granularity for: one scale per "
+          "{} values is computed from each row when it is written; ':{}' applies to {} only",
+          text, t.name, t.block_values, g, scaled_format_names());
+    }
+    if (!t.needs_scale) {
       fail<NotSupported>("--kv-cache '{}': {} is stored unscaled; ':{}' scales apply to {} only",
                          text, quant::kv_format_name(o.format), g, scaled_format_names());
     }
@@ -204,9 +211,12 @@ std::string kv_cache_flag_help(bool list) {
       "KV cache{}: auto (a quantized checkpoint's packed cache with its calibrated scales, "
       "else f32), fake (checkpoint only: its fake quantization, fp32 cache), or "
       "FORMAT[:tensor|head] with FORMAT one of {} ({} on a plain model: dynamic scales fixed by "
-      "the first write, per kv head unless :tensor); {}...+q8: approximate int8-query decode "
-      "scores (VNNI), faster, not bit-exact",
+      "the first write, per kv head unless :tensor; {}: a scale per 32 values of every row, "
+      "no granularity); {}...+q8: approximate int8-query decode scores (VNNI), faster, not "
+      "bit-exact",
       list ? "s, comma-separated" : "", format_names(), scaled_format_names(),
+      format_names(
+          [](const quant::KvFormatTraits& t) { return !t.needs_scale && t.has_row_scales(); }),
       format_names([](const quant::KvFormatTraits& t) { return t.supports_int8_query(); }));
 }
 

@@ -88,6 +88,10 @@ TEST_F(CliKvCache, GenerateRunsEveryFormatAndReportsItsBytes) {
       {"int8:tensor", "int8:tensor", "dynamic", kValuesPerToken},
       {"int4", "int4:head", "dynamic", kValuesPerToken / 2},
       {"nvfp4", "nvfp4:head", "dynamic", kValuesPerToken / 2 + kValuesPerToken / 16},
+      // The group formats: one fp16 scale per 32 values in the row, no stream scale.
+      {"q8_0", "int8_g32", "none", kValuesPerToken + kValuesPerToken / 16},
+      {"int4_g32", "int4_g32", "none", kValuesPerToken / 2 + kValuesPerToken / 16},
+      {"q4_1", "int4_g32a", "none", kValuesPerToken / 2 + kValuesPerToken / 8},
   };
   for (const Case& c : cases) {
     CliResult r;
@@ -118,6 +122,7 @@ TEST_F(CliKvCache, BadValuesFailWithAMessage) {
   expect_error(with("int3"), "unknown KV cache format 'int3' (supported: auto, fake,");
   expect_error(with("int8:row"), "granularity must be 'tensor' or 'head'");
   expect_error(with("bf16:head"), "bf16 is stored unscaled");
+  expect_error(with("int4_g32:tensor"), "int4_g32 has no stream scales to choose a granularity");
   expect_error(with("fake"), "is not a quantized checkpoint");
   expect_error(
       {"perplexity", "--model", model(), "--text", short_text().string(), "--kv-cache", "fake"},
@@ -189,6 +194,15 @@ TEST_F(CliKvCache, PerplexityReportsTheCacheAndStaysClose) {
   std::printf("ppl f32 %.4f, int8 dynamic per head %.4f\n", p32, p8);
   EXPECT_NE(p8, p32);                // really quantized
   EXPECT_NEAR(p8, p32, 0.03 * p32);  // and per-window scales keep int8 close
+  const auto g8 = run({"--kv-cache", "int8_g32"});
+  ASSERT_FALSE(g8.is_null());
+  EXPECT_EQ(g8["kv_cache"], "int8_g32");
+  EXPECT_EQ(g8["kv_scales"], "none");
+  EXPECT_EQ(g8["kv_bytes_per_token"].get<std::int64_t>(), kValuesPerToken + kValuesPerToken / 16);
+  const double pg = g8["ppl"].get<double>();
+  std::printf("ppl int8_g32 %.4f\n", pg);
+  EXPECT_NE(pg, p32);
+  EXPECT_NEAR(pg, p32, 0.01 * p32);  // a scale per 32 values: closer than per head
 
   // The checkpoint: packed (default) and fake quantization score the same (prefill reads the
   // packed cache as the fake-quantized values).
@@ -206,13 +220,13 @@ TEST_F(CliKvCache, PerplexityReportsTheCacheAndStaysClose) {
 }
 
 TEST_F(CliKvCache, BenchRunsEveryFormat) {
-  const auto j =
-      run_json({"bench", "--model", model(), "--kv-cache", "f32,bf16,fp8,int8,int4,nvfp4",
-                "--contexts", "32", "--threads", "1", "--repeats", "1", "--decode-steps", "2",
-                "--prefill", "8", "--no-machine", "--json"});
+  const auto j = run_json({"bench", "--model", model(), "--kv-cache",
+                           "f32,bf16,fp8,int8,int4,nvfp4,int8_g32,int4_g32", "--contexts", "32",
+                           "--threads", "1", "--repeats", "1", "--decode-steps", "2", "--prefill",
+                           "8", "--no-machine", "--json"});
   ASSERT_FALSE(j.is_null());
-  const std::vector<std::string> labels = {"f32",       "bf16",      "fp8:head",
-                                           "int8:head", "int4:head", "nvfp4:head"};
+  const std::vector<std::string> labels = {"f32",       "bf16",       "fp8:head", "int8:head",
+                                           "int4:head", "nvfp4:head", "int8_g32", "int4_g32"};
   ASSERT_EQ(j["decode"].size(), labels.size());
   ASSERT_EQ(j["kv_caches"].size(), labels.size());
   for (std::size_t i = 0; i < labels.size(); ++i) {
@@ -225,6 +239,9 @@ TEST_F(CliKvCache, BenchRunsEveryFormat) {
   EXPECT_EQ(j["kv_bytes_per_token"]["int8:head"].get<std::int64_t>(), kValuesPerToken);
   EXPECT_EQ(j["kv_caches"][2]["kv_scales"], "dynamic");
   EXPECT_EQ(j["kv_caches"][1]["kv_scales"], "none");
+  EXPECT_EQ(j["kv_bytes_per_token"]["int4_g32"].get<std::int64_t>(),
+            kValuesPerToken / 2 + kValuesPerToken / 16);
+  EXPECT_EQ(j["kv_caches"][7]["kv_scales"], "none");
 
   const auto ck = run_json({"bench", "--model", fp8_checkpoint().string(), "--kv-cache",
                             "auto,fake", "--contexts", "16", "--threads", "1", "--repeats", "1",
@@ -279,6 +296,11 @@ TEST(CliEval, KvCacheFormatsAndTheFp4RecipeRunTheirPackedCache) {
   EXPECT_EQ(nvfp4["kv_format"], "nvfp4");
   EXPECT_EQ(nvfp4["kv_bits_per_value"].get<double>(), 4.5);
   EXPECT_LT(nvfp4["kld"]["mean"].get<double>(), 0.2);  // plain FP4 per head: ~0.27 (2 windows)
+  const auto q4 = eval({"--kv-cache", "q4_0"});        // int4_g32: dynamic per 32 values, in-row
+  EXPECT_EQ(q4["kv_format"], "int4_g32");
+  EXPECT_EQ(q4["kv_bits_per_value"].get<double>(), 4.5);
+  EXPECT_GT(q4["kld"]["mean"].get<double>(), 0.0);
+  EXPECT_LT(q4["kld"]["mean"].get<double>(), int8["kld"]["mean"].get<double>() * 100);
   const CliResult bad = run_kvq({"eval", "--model", default_model_dir().string(), "--kv-cache",
                                  "int3", "--data", shared_data_dir().string()});
   EXPECT_NE(bad.exit_code, 0);

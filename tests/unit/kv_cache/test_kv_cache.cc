@@ -43,10 +43,12 @@ KvCacheConfig int8_spec() {
 
 TEST(KvCacheConfig, ValidSpecsBuild) {
   EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, int8_spec()));
-  // Formats without a calibrated stream scale: f32 / bf16 / f16, nvfp4 (dynamic global scale).
+  // Formats without a calibrated stream scale: f32 / bf16 / f16, nvfp4 (dynamic global scale),
+  // int8_g32 / int4_g32 (in-row scales only: head_dim a multiple of 32).
   for (const auto& t : quant::kv_format_table()) {
     if (t.needs_scale && !t.global_scale) continue;
-    EXPECT_NO_THROW(KvCache(3, 1, 2, 16, 8, t.format)) << t.name;
+    const std::int64_t d = t.head_dim_multiple > 0 ? t.head_dim_multiple : 16;
+    EXPECT_NO_THROW(KvCache(3, 1, 2, d, 8, t.format)) << t.name;
   }
   KvCacheConfig asym = int8_spec();
   asym.format = KvFormat::kINT4;
@@ -110,8 +112,11 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
   for (const auto& t : quant::kv_format_table()) {
     const KvFormat f = t.format;
     KvLayerScales ls;
-    ls.k_scale = {0.05f, 0.1f, 0.2f};
-    ls.v_scale = {0.3f};
+    const bool row_scales_only = t.has_row_scales() && !t.global_scale;  // int8_g32, int4_g32
+    if (!row_scales_only) {
+      ls.k_scale = {0.05f, 0.1f, 0.2f};
+      ls.v_scale = {0.3f};
+    }
     if (t.supports_zero_point) ls.k_zero_point = {1.0f, -2.0f, 3.0f};
     if (t.global_scale) ls.k_global_scale = {400.0f, 500.0f, 600.0f};
     KvCache cache(1, B, H, D, cap, KvCacheConfig::calibrated(f, {ls}));
@@ -123,7 +128,7 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int64_t h = 0; h < H; ++h) {
         // nvfp4 ignores the stream scale (its block scales are in the row).
-        const float s = t.global_scale ? 1.0f : ls.k_scale[static_cast<std::size_t>(h)];
+        const float s = t.has_row_scales() ? 1.0f : ls.k_scale[static_cast<std::size_t>(h)];
         const float zp = t.supports_zero_point ? ls.k_zero_point[static_cast<std::size_t>(h)] : 0;
         const float gs = t.global_scale ? ls.k_global_scale[static_cast<std::size_t>(h)] : 1;
         for (std::int64_t r = 0; r < 4; ++r) {
@@ -141,6 +146,40 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
   }
 }
 
+// int8_g32 / int4_g32 keep one scale per 32 values inside each row: a head_dim that does not
+// split into whole blocks is refused by name, and so are stream scales (they have none).
+TEST(KvCache, GroupFormatsNeedWholeBlocksAndNoStreamScales) {
+  for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A}) {
+    const std::string name(quant::kv_format_name(f));
+    const std::string e = spec_error(KvCacheConfig::of(f));  // head_dim 16
+    EXPECT_NE(e.find("KV cache (" + name + "): head_dim 16 is not a multiple of 32"),
+              std::string::npos)
+        << e;
+    EXPECT_THROW(KvCache(1, 1, 2, 48, 4, f), InvalidArgument) << name;
+    for (std::int64_t d : {32, 64, 128}) EXPECT_NO_THROW(KvCache(1, 1, 2, d, 4, f)) << name;
+    // Dynamic and calibrated configs alike: no per-stream parameter.
+    const KvCacheConfig dyn = KvCacheConfig::dynamic(f, KvScaleGranularity::kTensor);
+    EXPECT_EQ(dyn.scales, KvScales::kNone);
+    EXPECT_FALSE(dyn.granularity.has_value());
+    EXPECT_EQ(dyn.label(), name);
+    KvCache cache(2, 1, 2, 64, 4, dyn);
+    EXPECT_FALSE(cache.has_dynamic_scales());
+    EXPECT_EQ(cache.keys(1).rows(0, 1).scale, 1.0f);
+    EXPECT_EQ(cache.keys(1).rows(0, 1).global_scale, 1.0f);
+    KvLayerScales ls;
+    ls.v_scale = {0.5f};
+    try {
+      KvCache c(1, 1, 2, 64, 4, KvCacheConfig::calibrated(f, {ls}));
+      ADD_FAILURE() << name << " accepted a stream scale";
+    } catch (const InvalidArgument& ex) {
+      EXPECT_NE(std::string(ex.what()).find("layer 0 has a v_scale, but " + name +
+                                            " has no stream scale"),
+                std::string::npos)
+          << ex.what();
+    }
+  }
+}
+
 // bytes_per_token is the format's theoretical size: values plus in-row block scales.
 TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
   const std::int64_t layers = 30, H = 3, D = 64;
@@ -151,9 +190,12 @@ TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
       spec.layers.assign(static_cast<std::size_t>(layers), KvLayerScales{{1.0f}, {1.0f}});
     }
     KvCache cache(layers, 1, H, D, 4, spec);
-    // bits / 8 per value, plus one E4M3 byte per 16 values for nvfp4.
+    // bits / 8 per value, plus one E4M3 byte per 16 values for nvfp4 and one fp16 per 32 values
+    // for int8_g32 / int4_g32.
     double per_head = D * t.bits / 8.0;
     if (t.format == KvFormat::kNVFP4) per_head += D / 16.0;
+    if (t.format == KvFormat::kINT8G32 || t.format == KvFormat::kINT4G32) per_head += 2 * D / 32.0;
+    if (t.format == KvFormat::kINT4G32A) per_head += 4 * D / 32.0;  // fp16 scale + fp16 minimum
     const double theory = 2.0 * layers * H * per_head;
     std::printf("%-6s bytes_per_token %6lld (theory %.0f, %.4f B/value)\n", t.name.data(),
                 static_cast<long long>(cache.bytes_per_token()), theory,

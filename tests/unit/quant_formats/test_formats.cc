@@ -12,11 +12,13 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "kvq/core/dtype.h"
 #include "kvq/core/float8.h"
 #include "kvq/core/tensor.h"
 #include "kvq/quant/fake_quantize.h"
@@ -83,6 +85,25 @@ TEST(KvFormats, TraitsTable) {
   EXPECT_EQ(kv_format_traits(KvFormat::kFP8E5M2).code_max, 57344.0f);
   EXPECT_FALSE(kv_format_traits(KvFormat::kFP8E5M2).supports_zero_point);
   EXPECT_FALSE(kv_format_traits(KvFormat::kFP8E5M2).supports_int8_query());
+  EXPECT_EQ(parse_kv_format("int8_g32"), KvFormat::kINT8G32);
+  EXPECT_EQ(parse_kv_format("Q8_0"), KvFormat::kINT8G32);  // llama.cpp's name
+  EXPECT_EQ(parse_kv_format("int4_g32"), KvFormat::kINT4G32);
+  EXPECT_EQ(parse_kv_format("q4_0"), KvFormat::kINT4G32);
+  EXPECT_EQ(parse_kv_format("q4_1"), KvFormat::kINT4G32A);
+  EXPECT_TRUE(kv_format_traits(KvFormat::kINT4G32A).block_min);
+  EXPECT_FALSE(kv_format_traits(KvFormat::kINT4G32).block_min);
+  for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A}) {
+    const auto& t = kv_format_traits(f);
+    EXPECT_FALSE(t.needs_scale) << t.name;  // no per-stream parameter: scales are in-row
+    EXPECT_FALSE(t.global_scale) << t.name;
+    EXPECT_FALSE(t.supports_zero_point) << t.name;
+    EXPECT_FALSE(t.supports_int8_query()) << t.name;
+    EXPECT_FALSE(t.args.exists) << t.name;
+    EXPECT_TRUE(t.has_row_scales()) << t.name;
+    EXPECT_EQ(t.head_dim_multiple, 32) << t.name;
+  }
+  EXPECT_TRUE(kv_format_traits(KvFormat::kNVFP4).has_row_scales());
+  EXPECT_FALSE(kv_format_traits(KvFormat::kINT4).has_row_scales());
   EXPECT_FALSE(parse_kv_format("int3").has_value());
   EXPECT_FALSE(parse_kv_format("").has_value());
   EXPECT_FALSE(parse_kv_format("torch.").has_value());
@@ -182,6 +203,12 @@ TEST(KvFormats, RowBytes) {
   EXPECT_EQ(kv_row_bytes(KvFormat::kNVFP4, 128), 72u);
   EXPECT_EQ(kv_row_bytes(KvFormat::kNVFP4, 17), 9u + 2u);  // partial block padded
   EXPECT_EQ(kv_row_bytes(KvFormat::kNVFP4, 1), 2u);
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT8G32, 64), 64u + 4u);  // 2 fp16 block scales
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT8G32, 128), 128u + 8u);
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32, 64), 32u + 4u);
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32, 128), 64u + 8u);
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32, 33), 17u + 4u);   // partial block padded
+  EXPECT_EQ(kv_row_bytes(KvFormat::kINT4G32A, 64), 32u + 8u);  // fp16 scale + minimum per block
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kF32), 4.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kBF16), 2.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kFP8E4M3), 1.0);
@@ -189,6 +216,9 @@ TEST(KvFormats, RowBytes) {
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT8), 1.0);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4), 0.5);
   EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kNVFP4), 0.5625);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT8G32), 8.5 / 8);   // q8_0's 8.5 bits
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4G32), 4.5 / 8);   // q4_0's 4.5 bits
+  EXPECT_DOUBLE_EQ(kv_bytes_per_value(KvFormat::kINT4G32A), 5.0 / 8);  // q4_1's 5 bits
   for (const auto& t : kv_format_table())  // bytes per value is the row size of whole blocks
     EXPECT_DOUBLE_EQ(kv_bytes_per_value(t.format) * 1024,
                      static_cast<double>(kv_row_bytes(t.format, 1024)));
@@ -215,6 +245,196 @@ TEST(KvFormats, Nvfp4Layout) {
   EXPECT_EQ(row[0], std::byte{0x9 << 4 | 0x7});
   EXPECT_EQ(row[7], std::byte{0x3 << 4 | 0x0});
   EXPECT_EQ(row[8], std::byte{0x7e});  // E4M3 448
+}
+
+// ---- int8_g32 / int4_g32 ------------------------------------------------------------------
+
+std::uint16_t fp16_at(const std::vector<std::byte>& row, std::size_t offset) {
+  std::uint16_t h;
+  std::memcpy(&h, row.data() + offset, 2);
+  return h;
+}
+
+// Hand-made blocks with fp16-exact scales: the codes, their bytes and the scale bytes.
+TEST(KvFormats, Int8G32LayoutAndValues) {
+  std::vector<float> x(64, 0.0f);  // block 1 stays all zeros
+  x[0] = 63.5f;                    // amax: d = 63.5 / 127 = 0.5
+  x[1] = -1.25f;                   // -2.5 -> -2 (ties to even)
+  x[2] = 0.75f;                    // 1.5 -> 2
+  x[3] = 0.25f;                    // 0.5 -> 0
+  x[4] = -63.5f;                   // -127 (symmetric: never -128)
+  x[31] = 0.2f;                    // 0.4 -> 0
+  std::vector<std::byte> row(kv_row_bytes(KvFormat::kINT8G32, 64));
+  quantize_row(KvFormat::kINT8G32, x.data(), 64, 7.0f, 0.0f, 1.0f, row.data());  // scale unused
+  const std::int8_t want[] = {127, -2, 2, 0, -127};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(static_cast<std::int8_t>(row[i]), want[i]) << i;
+  EXPECT_EQ(fp16_at(row, 64), f32_to_fp16(0.5f));
+  EXPECT_EQ(fp16_at(row, 66), 0u);  // an all-zero block: scale 0, codes 0
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(row[i], std::byte{0}) << i;
+  std::vector<float> got(64);
+  dequantize_row(KvFormat::kINT8G32, row.data(), 64, 7.0f, 0.0f, 1.0f, got.data());
+  EXPECT_EQ(got[0], 63.5f);
+  EXPECT_EQ(got[1], -1.0f);
+  EXPECT_EQ(got[2], 1.0f);
+  EXPECT_EQ(got[4], -63.5f);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(got[i], 0.0f) << i;
+}
+
+// q4_0's scale: the value of largest magnitude maps to -8 exactly, whatever its sign; the other
+// side reaches +7 (clamped).
+TEST(KvFormats, Int4G32LayoutAndValues) {
+  std::vector<float> x(64, 0.0f);
+  x[0] = -4.0f;   // block 0's extreme: d = -4 / -8 = 0.5, code -8
+  x[1] = 3.75f;   // 7.5 -> 8 (even) -> clamped to 7
+  x[2] = 1.25f;   // 2.5 -> 2
+  x[3] = 0.75f;   // 1.5 -> 2
+  x[32] = 4.0f;   // block 1's extreme is positive: d = -0.5, code -8 decodes to +4
+  x[33] = -1.0f;  // code 2
+  x[34] = -4.0f;  // a tie on |x|: the first one sets the sign; -4 / -0.5 = 8 -> clamped to 7
+  std::vector<std::byte> row(kv_row_bytes(KvFormat::kINT4G32, 64));
+  quantize_row(KvFormat::kINT4G32, x.data(), 64, 1.0f, 0.0f, 1.0f, row.data());
+  EXPECT_EQ(row[0], std::byte{(7 + 8) << 4 | (-8 + 8)});  // element 0 low nibble (int4 order)
+  EXPECT_EQ(row[1], std::byte{(2 + 8) << 4 | (2 + 8)});
+  EXPECT_EQ(row[2], std::byte{0x88});  // zeros: q 0
+  EXPECT_EQ(row[16], std::byte{(2 + 8) << 4 | (-8 + 8)});
+  EXPECT_EQ(row[17], std::byte{0x80 | (7 + 8)});
+  EXPECT_EQ(fp16_at(row, 32), f32_to_fp16(0.5f));
+  EXPECT_EQ(fp16_at(row, 34), f32_to_fp16(-0.5f));
+  std::vector<float> got(64);
+  dequantize_row(KvFormat::kINT4G32, row.data(), 64, 1.0f, 0.0f, 1.0f, got.data());
+  const std::pair<int, float> want[] = {{0, -4.0f}, {1, 3.5f},   {2, 1.0f},   {3, 1.0f},
+                                        {32, 4.0f}, {33, -1.0f}, {34, -3.5f}, {35, 0.0f}};
+  for (const auto& [i, v] : want) EXPECT_EQ(got[static_cast<std::size_t>(i)], v) << i;
+}
+
+// The documented rules written out (formats.h), against the codec on random rows of head_dim 64
+// and 128 (and a partial block): every scale byte and every decoded value bit for bit.
+TEST(KvFormats, GroupFormatsFollowTheirWrittenRule) {
+  std::mt19937 rng(32);
+  for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32}) {
+    const bool is8 = f == KvFormat::kINT8G32;
+    for (std::int64_t n : {32, 64, 128, 48}) {
+      for (float spread : {1e-3f, 0.3f, 40.0f}) {
+        const std::vector<float> x = random_row(rng, n, spread);
+        std::vector<std::byte> row(kv_row_bytes(f, n));
+        quantize_row(f, x.data(), n, 1.0f, 0.0f, 1.0f, row.data());
+        std::vector<float> got(static_cast<std::size_t>(n));
+        dequantize_row(f, row.data(), n, 1.0f, 0.0f, 1.0f, got.data());
+        const auto offset = static_cast<std::size_t>(is8 ? n : (n + 1) / 2);
+        for (std::int64_t b0 = 0; b0 < n; b0 += 32) {
+          const std::int64_t b1 = std::min<std::int64_t>(n, b0 + 32);
+          float amax = 0.0f, m = 0.0f;
+          for (std::int64_t i = b0; i < b1; ++i) {
+            if (std::fabs(x[i]) > amax) {
+              amax = std::fabs(x[i]);
+              m = x[i];
+            }
+          }
+          const std::uint16_t h = f32_to_fp16(is8 ? amax / 127.0f : m / -8.0f);
+          ASSERT_EQ(fp16_at(row, offset + 2 * static_cast<std::size_t>(b0 / 32)), h)
+              << kv_format_name(f) << " n " << n << " block " << b0 / 32;
+          const float d = fp16_to_f32(h);
+          for (std::int64_t i = b0; i < b1; ++i) {
+            const float q = d == 0.0f ? 0.0f
+                                      : std::nearbyint(std::clamp(x[i] / d, is8 ? -127.0f : -8.0f,
+                                                                  is8 ? 127.0f : 7.0f));
+            ASSERT_TRUE(same_value(got[i], q * d))
+                << kv_format_name(f) << " n " << n << " i " << i << " x " << x[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// int4_g32a (q4_1): d = (max - min) / 15 and m = min in fp16, unsigned codes, decoded
+// fma(q, d, m); hand-made values, then the written rule on random rows.
+TEST(KvFormats, Int4G32aLayoutAndRule) {
+  std::vector<float> x(64, 1.0f);
+  x[0] = -2.0f;   // min: m = -2
+  x[1] = 5.5f;    // max: d = 7.5 / 15 = 0.5, code 15
+  x[2] = -1.25f;  // 1.5 -> 2 (ties to even)
+  x[3] = kNaN;    // ignored by min / max, code 0: decodes to m
+  std::vector<std::byte> row(kv_row_bytes(KvFormat::kINT4G32A, 64));
+  quantize_row(KvFormat::kINT4G32A, x.data(), 64, 1.0f, 0.0f, 1.0f, row.data());
+  EXPECT_EQ(row[0], std::byte{15 << 4 | 0});
+  EXPECT_EQ(row[1], std::byte{0 << 4 | 2});
+  EXPECT_EQ(row[2], std::byte{6 << 4 | 6});  // 1.0: (1 + 2) / 0.5 = 6
+  EXPECT_EQ(fp16_at(row, 32), f32_to_fp16(0.5f));
+  EXPECT_EQ(fp16_at(row, 34), f32_to_fp16(-2.0f));
+  EXPECT_EQ(fp16_at(row, 36), 0u);  // block 1 is constant 1: d = 0, m = 1, codes 0
+  EXPECT_EQ(fp16_at(row, 38), f32_to_fp16(1.0f));
+  std::vector<float> got(64);
+  dequantize_row(KvFormat::kINT4G32A, row.data(), 64, 1.0f, 0.0f, 1.0f, got.data());
+  EXPECT_EQ(got[0], -2.0f);
+  EXPECT_EQ(got[1], 5.5f);
+  EXPECT_EQ(got[2], -1.0f);
+  EXPECT_EQ(got[3], -2.0f);
+  EXPECT_EQ(got[40], 1.0f);
+
+  std::mt19937 rng(33);
+  for (std::int64_t n : {32, 64, 128, 48}) {
+    for (float spread : {1e-3f, 0.3f, 40.0f}) {
+      const std::vector<float> r = random_row(rng, n, spread);
+      row.assign(kv_row_bytes(KvFormat::kINT4G32A, n), std::byte{0});
+      quantize_row(KvFormat::kINT4G32A, r.data(), n, 1.0f, 0.0f, 1.0f, row.data());
+      got.resize(static_cast<std::size_t>(n));
+      dequantize_row(KvFormat::kINT4G32A, row.data(), n, 1.0f, 0.0f, 1.0f, got.data());
+      const auto offset = static_cast<std::size_t>((n + 1) / 2);
+      for (std::int64_t b0 = 0; b0 < n; b0 += 32) {
+        const std::int64_t b1 = std::min<std::int64_t>(n, b0 + 32);
+        const float lo = *std::min_element(r.begin() + b0, r.begin() + b1);
+        const float hi = *std::max_element(r.begin() + b0, r.begin() + b1);
+        const std::size_t at = offset + 4 * static_cast<std::size_t>(b0 / 32);
+        ASSERT_EQ(fp16_at(row, at), f32_to_fp16((hi - lo) / 15.0f)) << n;
+        ASSERT_EQ(fp16_at(row, at + 2), f32_to_fp16(lo)) << n;
+        const float d = fp16_to_f32(f32_to_fp16((hi - lo) / 15.0f));
+        const float m = fp16_to_f32(f32_to_fp16(lo));
+        for (std::int64_t i = b0; i < b1; ++i) {
+          const float q = std::nearbyint(std::clamp((r[i] - m) / d, 0.0f, 15.0f));
+          ASSERT_TRUE(same_value(got[i], std::fma(q, d, m))) << n << " " << i << " " << r[i];
+        }
+      }
+    }
+  }
+}
+
+// NaN is left out of the block's amax and stores q = 0; ±inf make the block scale the largest
+// fp16 and saturate; a block too small for an fp16 scale stores zeros.
+TEST(KvFormats, GroupFormatsNanInfAndTinyBlocks) {
+  constexpr float kMaxHalf = 65504.0f;
+  std::vector<float> x(96, 0.25f);
+  x[0] = kNaN;  // block 0: NaN, amax 2 at x[1]
+  x[1] = 2.0f;
+  x[32] = kInf;  // block 1: infinities
+  x[33] = -kInf;
+  for (int i = 64; i < 96; ++i) x[static_cast<std::size_t>(i)] = 1e-9f;  // block 2: tiny
+  std::vector<std::byte> row(kv_row_bytes(KvFormat::kINT4G32, 96));
+  std::vector<float> got(96);
+  // int8_g32
+  row.resize(kv_row_bytes(KvFormat::kINT8G32, 96));
+  quantize_row(KvFormat::kINT8G32, x.data(), 96, 1.0f, 0.0f, 1.0f, row.data());
+  dequantize_row(KvFormat::kINT8G32, row.data(), 96, 1.0f, 0.0f, 1.0f, got.data());
+  EXPECT_EQ(got[0], 0.0f);
+  EXPECT_EQ(fp16_at(row, 96), f32_to_fp16(2.0f / 127.0f));
+  EXPECT_NEAR(got[1], 2.0f, 2.0f / 127.0f);
+  EXPECT_EQ(fp16_at(row, 98), f32_to_fp16(kMaxHalf));
+  EXPECT_EQ(got[32], 127.0f * kMaxHalf);
+  EXPECT_EQ(got[33], -127.0f * kMaxHalf);
+  EXPECT_EQ(got[34], 0.0f);          // 0.25 / 65504 rounds to code 0
+  EXPECT_EQ(fp16_at(row, 100), 0u);  // 1e-9 / 127 underflows fp16: scale 0, codes 0
+  for (int i = 64; i < 96; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], 0.0f) << i;
+  // int4_g32: +inf is the first extreme, so d = -65504 and +inf decodes to -8 · d.
+  row.assign(kv_row_bytes(KvFormat::kINT4G32, 96), std::byte{0});
+  quantize_row(KvFormat::kINT4G32, x.data(), 96, 1.0f, 0.0f, 1.0f, row.data());
+  dequantize_row(KvFormat::kINT4G32, row.data(), 96, 1.0f, 0.0f, 1.0f, got.data());
+  EXPECT_EQ(got[0], 0.0f);
+  EXPECT_EQ(got[1], 2.0f);  // the extreme itself is exact (d = -0.25)
+  EXPECT_EQ(fp16_at(row, 50), f32_to_fp16(-kMaxHalf));
+  EXPECT_EQ(got[32], 8.0f * kMaxHalf);
+  EXPECT_EQ(got[33], -7.0f * kMaxHalf);
+  EXPECT_EQ(fp16_at(row, 52), 0x8000u);  // -1e-9 / 8 underflows fp16 to -0: codes 0
+  for (int i = 64; i < 96; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], 0.0f) << i;
 }
 
 // ---- quantize_row + dequantize_row == fake_quantize -------------------------------------

@@ -53,6 +53,11 @@ TEST(KvCacheOption, ParsesModesFormatsAliasesAndGranularity) {
            {"INT8:head", KvFormat::kINT8, KvScaleGranularity::kHead},
            {"int4:Tensor", KvFormat::kINT4, KvScaleGranularity::kTensor},
            {"nvfp4:head", KvFormat::kNVFP4, KvScaleGranularity::kHead},
+           {"int8_g32", KvFormat::kINT8G32, std::nullopt},
+           {"Q8_0", KvFormat::kINT8G32, std::nullopt},  // llama.cpp's names
+           {"int4_g32", KvFormat::kINT4G32, std::nullopt},
+           {"q4_0", KvFormat::kINT4G32, std::nullopt},
+           {"q4_1", KvFormat::kINT4G32A, std::nullopt},
        }) {
     const KvCacheOption o = parse_kv_cache_option(c.text);
     EXPECT_EQ(o.mode, Mode::kFormat) << c.text;
@@ -70,6 +75,19 @@ TEST(KvCacheOption, ParsesModesFormatsAliasesAndGranularity) {
   e = error_of("int8:channel");
   EXPECT_NE(e.find("granularity must be 'tensor' or 'head'"), std::string::npos) << e;
   EXPECT_THROW(parse_kv_cache_option("f16:tensor"), NotSupported);
+  // The group formats have no stream scale to choose a granularity for.
+  e = error_of("int4_g32:head");
+  EXPECT_NE(e.find("--kv-cache 'int4_g32:head': int4_g32 has no stream scales to choose a "
+                   "granularity for: one scale per 32 values is computed from each row when it "
+                   "is written"),
+            std::string::npos)
+      << e;
+  EXPECT_THROW(parse_kv_cache_option("q8_0:tensor"), NotSupported);
+  EXPECT_THROW(parse_kv_cache_option("int8_g32+q8"), NotSupported);
+  const KvCacheConfig g = resolve_kv_cache("q4_0", nullptr, "tiny");
+  EXPECT_EQ(g.format, KvFormat::kINT4G32);
+  EXPECT_EQ(g.scales, model::KvScales::kNone);
+  EXPECT_EQ(g.label(), "int4_g32");
   EXPECT_THROW(parse_kv_cache_option(""), InvalidArgument);
 }
 

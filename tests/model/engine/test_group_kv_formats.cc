@@ -1,0 +1,115 @@
+// The group KV formats (int8_g32, int4_g32, int4_g32a: one fp16 scale (and minimum) per 32
+// values inside each row, from that row) on the default model (SmolLM2-135M-Instruct, head_dim 64):
+// a packed cache computes exactly what the scalar codec's quantize-dequantize computes when applied
+// by key / value hooks to the same rows of an fp32 cache (fake quantization). Both see identical
+// dequantized values and the attention kernels decode each row to exactly those values in the fp32
+// kernels' order, so prefill and decode logits are bit-identical. The tiny test models (head_dim
+// 16) cannot hold a 32-value block: refused by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kvq/core/error.h"
+#include "kvq/model/causal_lm.h"
+#include "kvq/quant/formats.h"
+#include "support/test_paths.h"
+
+namespace kvq::model {
+namespace {
+
+using quant::KvFormat;
+
+constexpr KvFormat kGroupFormats[] = {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A};
+
+class GroupKvFormats : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KVQ_REQUIRE_DEFAULT_MODEL();
+    model_ = CausalLM::load(kvq::test::default_model_dir());
+    const auto vocab = static_cast<int>(model_->config().vocab_size);
+    for (int i = 0; i < 24; ++i) prompt_.push_back((i * 937 + 51) % vocab);
+    for (int i = 0; i < 16; ++i) steps_.push_back((i * 5303 + 113) % vocab);
+  }
+
+  // Logits of prefill (all positions) followed by one row per decode step.
+  std::vector<float> run(const KvCacheConfig& config) {
+    KvCache cache = model_->make_cache(1, 64, config);
+    std::vector<float> out = model_->forward(prompt_, cache, LogitsMode::kAll).to_f32_vector();
+    for (std::int32_t t : steps_) {
+      const std::vector<float> l = model_->forward(std::span(&t, 1), cache).to_f32_vector();
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  }
+
+  // Every k / v row replaced by dequantize_row(quantize_row(row)) in the format; fp32 cache.
+  std::vector<float> run_fake_quant(KvFormat f) {
+    std::vector<ScopedHook> hooks;
+    for (AttentionModule* m : model_->attention_modules()) {
+      auto hook = [f](AttentionModule&, StatesView s) {
+        std::vector<std::byte> row(quant::kv_row_bytes(f, s.head_dim));
+        for (std::int64_t b = 0; b < s.batch; ++b)
+          for (std::int64_t h = 0; h < s.heads; ++h)
+            for (std::int64_t t = 0; t < s.tokens; ++t) {
+              float* x = s.row(b, h, t);
+              quant::quantize_row(f, x, s.head_dim, 1.0f, 0.0f, 1.0f, row.data());
+              quant::dequantize_row(f, row.data(), s.head_dim, 1.0f, 0.0f, 1.0f, x);
+            }
+      };
+      hooks.emplace_back(m->register_key_hook(hook));
+      hooks.emplace_back(m->register_value_hook(hook));
+    }
+    return run(KvCacheConfig{});
+  }
+
+  std::unique_ptr<CausalLM> model_;
+  std::vector<std::int32_t> prompt_, steps_;
+};
+
+TEST_F(GroupKvFormats, PackedCacheMatchesFakeQuantizedFp32Cache) {
+  const std::vector<float> plain = run(KvCacheConfig{});
+  const std::size_t prefill_n =
+      prompt_.size() * static_cast<std::size_t>(model_->config().vocab_size);
+  for (KvFormat f : kGroupFormats) {
+    const std::string name(quant::kv_format_name(f));
+    const std::vector<float> a = run_fake_quant(f);
+    const KvCacheConfig packed = KvCacheConfig::of(f);
+    EXPECT_EQ(packed.scales, KvScales::kNone) << name;
+    const std::vector<float> b = run(packed);
+    ASSERT_EQ(a.size(), b.size());
+    float amax = 0.0f, pre = 0.0f, dec = 0.0f, vs_plain = 0.0f;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b[i])) << name << " logit " << i;
+      amax = std::max(amax, std::fabs(a[i]));
+      float& worst = i < prefill_n ? pre : dec;
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
+      vs_plain = std::max(vs_plain, std::fabs(a[i] - plain[i]));
+    }
+    std::printf("%-9s max|logit| %.3f  prefill %.2e  decode %.2e  (quant effect %.2e)\n",
+                name.c_str(), amax, pre, dec, vs_plain / amax);
+    EXPECT_EQ(pre, 0.0f) << name << " prefill";
+    EXPECT_EQ(dec, 0.0f) << name << " decode";
+    EXPECT_GT(vs_plain, 1e-3f * amax) << name << " did not quantize";
+  }
+}
+
+TEST(GroupKvFormatsTiny, HeadDim16IsRefusedByName) {
+  const auto tiny = CausalLM::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
+  for (KvFormat f : kGroupFormats) {
+    try {
+      KvCache cache = tiny->make_cache(1, 8, KvCacheConfig::of(f));
+      ADD_FAILURE() << quant::kv_format_name(f) << " accepted head_dim 16";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("head_dim 16 is not a multiple of 32"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvq::model
