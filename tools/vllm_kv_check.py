@@ -11,7 +11,14 @@ Reads a config.json (or a model directory), takes `quantization_config` (or
   - symmetric must be true;
   - dynamic kv schemes are not loadable (scales must come from the checkpoint);
   - attention config groups (targets ending in "Attention") are dropped by vLLM, which couples
-    q quantization with the kv scheme; q scales [H,1,1] are reduced to one per KV head (max).
+    q quantization with the kv scheme; q scales [H,1,1] are reduced to one per KV head (max);
+  - transform_config: offline transforms (weight_input / weight_output: SpinQuant R1, R2) are
+    in the saved weights, so vLLM runs them without knowing; ONLINE ones (q_attn / k_cache:
+    SpinQuant R3; input / output: R4) are not run by vLLM (compressed-tensors' attention
+    transforms are an open vLLM PR, reference/peers_and_anchors.md), so their k/v scales —
+    calibrated on rotated states — would quantize unrotated ones: reported as not loadable.
+    (transformers 5.17 + compressed-tensors 0.19 do not register R3 on load either; measured,
+    see docs/status.md.)
 Prints one line per finding; exit code 0 when loadable, 1 when not, 2 on a bad input file.
 """
 
@@ -68,6 +75,18 @@ def check(qc: dict) -> tuple[bool, list[str]]:
         notes.append(f"config group {name}: dropped by vLLM (attention quant is coupled with "
                      f"KV-cache quantization); q_scale still loaded"
                      + (", reduced to one scale per KV head (max)" if strategy == "attn_head" else ""))
+    online = sorted({
+        f"{name}: {a.get('location')}"
+        for name, scheme in ((qc.get("transform_config") or {}).get("config_groups") or {}).items()
+        for a in (scheme.get("apply") or [])
+        if a.get("location") not in ("weight_input", "weight_output")
+    })
+    if online:
+        ok = False
+        notes.append("NOT loadable: online transforms vLLM does not run (" + ", ".join(online)
+                     + "); their k/v scales were calibrated on rotated states")
+    elif qc.get("transform_config"):
+        notes.append("transform_config: offline transforms only (fused in the weights); fine")
     notes.append("run vLLM with kv_cache_dtype='fp8'")
     return ok, notes
 
