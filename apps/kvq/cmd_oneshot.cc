@@ -1,11 +1,14 @@
 // kvq oneshot: apply a recipe's attention / KV-cache quantization, calibrate q/k/v scales on a
 // dataset (llm-compressor 0.14.0.1 semantics, see lifecycle/calibrate.h), optionally save a
 // compressed-tensors checkpoint and a calibration report (JSON + PNG heatmap beside it).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "kvq/core/error.h"
@@ -32,10 +35,55 @@ struct OneshotArgs {
 constexpr const char* kReportJson = "calibration_report.json";
 constexpr const char* kReportPng = "calibration_heatmap.png";
 
+// Whether `a` and `b` name the same existing file or directory (links and `..` resolved).
+bool same_path(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
+// Refuses outputs that would overwrite an input, before anything runs: the --report JSON and the
+// heatmap beside it (.png, .svg) must be other files than the model directory's, the recipe and
+// the dataset; --output (which --overwrite replaces whole) must not be or hold any of them.
+void check_outputs(const OneshotArgs& a) {
+  std::vector<std::pair<fs::path, std::string>> inputs = {
+      {a.recipe, "--recipe"}, {a.dataset, "--dataset"}, {a.model, "--model"}};
+  std::error_code ec;
+  for (fs::directory_iterator it(a.model, ec), end; !ec && it != end; it.increment(ec))
+    inputs.emplace_back(it->path(), "a file of --model");
+  if (!a.output.empty()) {
+    // --overwrite replaces the whole --output directory: it must not hold any input.
+    fs::path out = fs::weakly_canonical(a.output, ec);
+    if (out.filename().empty()) out = out.parent_path();  // "dir/"
+    for (const auto& [in, what] : inputs) {
+      const fs::path path = fs::weakly_canonical(in, ec);
+      const auto [o, p] = std::mismatch(out.begin(), out.end(), path.begin(), path.end());
+      if (same_path(a.output, in) || o == out.end())
+        fail<InvalidArgument>("--output {} would replace {} ({}); write the checkpoint elsewhere",
+                              a.output, what, in.string());
+    }
+  }
+  if (a.report.empty()) return;
+  const fs::path json(a.report);
+  const std::string ext = json.extension().string();
+  if (ext == ".png" || ext == ".svg")
+    fail<InvalidArgument>(
+        "--report {} names the heatmap's file: pass the JSON path (e.g. report.json); the heatmap "
+        "is written beside it as .png and .svg",
+        a.report);
+  for (const fs::path& out :
+       {json, fs::path(json).replace_extension(".png"), fs::path(json).replace_extension(".svg")}) {
+    for (const auto& [in, what] : inputs) {
+      if (same_path(out, in))
+        fail<InvalidArgument>("--report {} would overwrite {} ({})", a.report, what, in.string());
+    }
+  }
+}
+
 void run_oneshot(const OneshotArgs& a) {
   // Everything that can be refused cheaply is refused before the model is read.
   if (a.output.empty() && a.report.empty())
     fail<InvalidArgument>("oneshot: nothing to write: pass --output DIR and/or --report FILE");
+  check_outputs(a);
   if (!a.output.empty() && fs::exists(a.output) && !a.overwrite)
     fail<InvalidArgument>("--output {} already exists; remove it or pass --overwrite", a.output);
   if (a.num_samples <= 0)
