@@ -106,6 +106,12 @@ const std::vector<SchemeDef>& builtin_schemes() {
        "int4_g32", false, false},
       {"KV-INT4-Group32+R3", "KV-INT4-Group32 of K/V rotated by SpinQuant R2 + R3",
        r("rotate_r2_r3.yaml"), "int4_g32", false, false},
+      // The reference PR's FP4 attention per head (q fake-quantized; K/V packed as NVFP4 under
+      // the calibrated global scales), without and with the rotations. Run by name.
+      {"QKV-FP4-Head", "FP4 E2M1 Q/K/V (attention group), per head; K/V packed as NVFP4",
+       r("qkv_fp4_head.yaml"), "auto", false, false},
+      {"QKV-FP4-Head+R3", "QKV-FP4-Head with SpinQuant R2 + R3 Hadamard rotations",
+       r("qkv_fp4_head_r3.yaml"), "auto", false, false},
   };
   return table;
 }
