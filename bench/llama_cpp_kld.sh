@@ -131,13 +131,13 @@ run() {  # run NAME ROT(on|off|-) ARGS...: llama-perplexity, log to $out/NAME.lo
 
 # 3. The f16 baseline (its logits saved), then each type with rotation on and off.
 if [ -s "$base" ] && grep -q "Final estimate" "$out/f16.log" 2>/dev/null \
-   && grep -qF -- "--chunks $chunks " "$out/base.args" 2>/dev/null; then
+   && [ "$(cat "$out/base.args" 2>/dev/null)" = "--chunks $chunks -f $text" ]; then
   log "f16 baseline: reusing $base"
   cat "$out/base.cmd" >>"$out/commands.txt"
 else
   rm -f "$base"
   run f16 - -ctk f16 -ctv f16 -f "$text" --kl-divergence-base "$base"
-  printf -- '--chunks %s \n' "$chunks" >"$out/base.args"
+  printf -- '--chunks %s -f %s\n' "$chunks" "$text" >"$out/base.args"
   tail -n 1 "$out/commands.txt" >"$out/base.cmd"
 fi
 names=(f16)
