@@ -14,8 +14,9 @@
 # Build: CPU only, Release, -DGGML_NATIVE=ON (same -march=native as kvq), static libraries,
 # OpenMP threads (llama.cpp's default), no BLAS (llama.cpp's default CPU build), no HTTPS/curl
 # (this version dropped LLAMA_CURL: it only warns "deprecated and will be ignored"; the
-# download code now hangs off LLAMA_OPENSSL, switched off here). Only the two targets are built:
-# 22 min (1335 s) with -j2 on the 2-core development VM, shared with other builds.
+# download code now hangs off LLAMA_OPENSSL, switched off here). Only three targets are built:
+# llama-bench, llama-quantize and llama-perplexity (for bench/llama_cpp_kld.sh); the first two
+# took 22 min (1335 s) with -j2 on the 2-core development VM, shared with other builds.
 #
 # Weights: `llama-quantize --allow-requantize in.gguf out.gguf F32` dequantizes every Q4_1
 # tensor (d * q + m, fp16 d and m widened to fp32) and copies the F32 norms. Checked with
@@ -31,7 +32,7 @@ usage() {
 usage: bench/llama_cpp_setup.sh [--jobs N] [--no-bf16] [--verify] [--rebuild]
 
 Downloads the llama-cpp-python sdist (pinned version) into ${KVQ_HOME:-~/.cache/kvq}/llama.cpp/,
-builds llama-bench and llama-quantize there (CPU, Release, GGML_NATIVE=ON), and converts the
+builds llama-bench, llama-quantize and llama-perplexity there (CPU, Release, GGML_NATIVE=ON), and converts the
 default model's Q4_1 GGUF to F32 and BF16 GGUFs next to it. Re-running is a no-op.
 
   --jobs N    parallel compile jobs (default 2)
@@ -106,7 +107,8 @@ fi
 # 3. llama-bench and llama-quantize.
 bench_bin="$build/bin/llama-bench"
 quant_bin="$build/bin/llama-quantize"
-if [ "$rebuild" = 1 ] || [ ! -x "$bench_bin" ] || [ ! -x "$quant_bin" ]; then
+ppl_bin="$build/bin/llama-perplexity"
+if [ "$rebuild" = 1 ] || [ ! -x "$bench_bin" ] || [ ! -x "$quant_bin" ] || [ ! -x "$ppl_bin" ]; then
   generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   log "configuring llama.cpp in $build"
@@ -116,9 +118,9 @@ if [ "$rebuild" = 1 ] || [ ! -x "$bench_bin" ] || [ ! -x "$quant_bin" ]; then
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON >"$build.configure.log" 2>&1 \
     || die "cmake configure failed; see $build.configure.log"
-  log "building llama-bench llama-quantize with -j$jobs (log: $build.build.log)"
+  log "building llama-bench llama-quantize llama-perplexity with -j$jobs (log: $build.build.log)"
   start=$(date +%s)
-  cmake --build "$build" --target llama-bench llama-quantize -j "$jobs" >"$build.build.log" 2>&1 \
+  cmake --build "$build" --target llama-bench llama-quantize llama-perplexity -j "$jobs" >"$build.build.log" 2>&1 \
     || die "build failed; see $build.build.log"
   log "built in $(( $(date +%s) - start )) s"
 fi
@@ -176,6 +178,7 @@ echo "LLAMA_CPP_PYTHON_VERSION=$version"
 echo "LLAMA_CPP_COMMIT=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)"
 echo "LLAMA_BENCH=$bench_bin"
 echo "LLAMA_QUANTIZE=$quant_bin"
+echo "LLAMA_PERPLEXITY=$ppl_bin"
 echo "LLAMA_F32_GGUF=$f32"
 [ -f "$bf16_gguf" ] && echo "LLAMA_BF16_GGUF=$bf16_gguf"
 exit 0
