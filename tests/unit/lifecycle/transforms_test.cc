@@ -53,7 +53,7 @@ TEST(Transforms, RotationsLeaveTheLogitsUnchangedUpToRounding) {
     EXPECT_NE(t->summary()[2].find("q_attn on 3 module(s) (hadamard 16)"), std::string::npos);
     EXPECT_NE(weight_copy(*m, "model.layers.1.self_attn.v_proj"), v0);
     const Tensor rotated = m->forward(prompt(), model::LogitsMode::kAll);
-    EXPECT_LT(max_diff(plain, rotated), 2e-5f);
+    EXPECT_LT(max_diff(plain, rotated), 5e-6f);  // measured 1.4e-6
     // The key hook sees what the cache stores: rotated keys, orthonormally (norm kept).
     double norm_plain = 0, norm_rot = 0;
     bool differs = false;
@@ -72,7 +72,7 @@ TEST(Transforms, RotationsLeaveTheLogitsUnchangedUpToRounding) {
       differs = differs || seen[i] != rotated_keys[i];
     }
     EXPECT_TRUE(differs);
-    EXPECT_NEAR(norm_rot, norm_plain, 1e-4 * norm_plain);
+    EXPECT_NEAR(norm_rot, norm_plain, 1e-6 * norm_plain);  // measured 2.6e-8 relative
   }
   // Removed: weights bit for bit, logits bit for bit.
   EXPECT_EQ(weight_copy(*m, "model.layers.1.self_attn.v_proj"), v0);
