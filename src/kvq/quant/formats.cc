@@ -239,6 +239,33 @@ struct Group {
 using Int8G32 = Group<8, int8_g32_scale, -127, 127>;
 using Int4G32 = Group<4, int4_g32_scale, -8, 7>;
 
+// int4_g32_mse: the clipping search of formats.h. Each candidate is scored with the fp16 scale it
+// stores and the codes Group::quantize would give, so the winner is exactly what decodes.
+constexpr int kMseRatios = 16;
+constexpr float kMseRatioStep = 0.02f;
+float int4_g32_mse_scale(const float* x, std::int64_t m) {
+  const float full = int4_g32_scale(x, m);
+  float best = full;
+  double best_err = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < kMseRatios; ++k) {
+    const float candidate = full * (1.0f - kMseRatioStep * static_cast<float>(k));
+    const float d = fp16_to_f32(f32_to_fp16(clamp(candidate, -kFp16Max, kFp16Max)));
+    double err = 0.0;
+    for (std::int64_t i = 0; i < m; ++i) {
+      if (std::isnan(x[i])) continue;
+      const float q = d == 0.0f ? 0.0f : static_cast<float>(round_int(x[i] / d, -8, 7));
+      const double e = static_cast<double>(q * d) - static_cast<double>(x[i]);
+      err += e * e;
+    }
+    if (err < best_err) {
+      best_err = err;
+      best = candidate;
+    }
+  }
+  return best;
+}
+using Int4G32Mse = Group<4, int4_g32_mse_scale, -8, 7>;
+
 // int4_g32a (q4_1): unsigned nibbles q in [0, 15], then per block fp16 d and fp16 m.
 namespace int4_g32a {
 void quantize(const RowCodec& c, const float* x, std::byte* out) {
@@ -443,6 +470,18 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = int4_g32a::quantize,
      .unscaled = int4_g32a::unscaled,
      .value = int4_g32a::value},
+    {.format = KvFormat::kINT4G32Mse,
+     .name = "int4_g32_mse",
+     .aliases = {"q4_0_mse", "i4_g32_mse"},
+     .bits = 4,
+     .block_values = 32,
+     .block_bytes = 18,
+     .head_dim_multiple = 32,
+     .code_min = -8.0f,
+     .code_max = 7.0f,
+     .quantize_row = Int4G32Mse::quantize,
+     .unscaled = Int4G32Mse::unscaled,
+     .value = Int4G32Mse::value},
 }};
 
 constexpr bool rows_in_enum_order() {

@@ -49,6 +49,12 @@
 //         so m gets code -8 and the other side reaches +7 (KLD 0.076 vs 0.094 for a symmetric
 //         amax / 7 on the default model: docs/numerics.md). Both divide by the STORED fp16 scale
 //         (q4_0 multiplies by 1 / the fp32 one), so codes are the nearest to what decodes.
+//   int4_g32_mse (kvq's: int4_g32's layout and decode, its scale chosen per block by a clipping
+//         search): the candidates d_r = fp16(m · r / -8) for r = 1, 0.98, ..., 0.70 (16 ratios,
+//         m as in int4_g32), each scored by the squared error of its codes
+//         sum_i (q_i · d_r - x_i)^2 (NaN ignored); the smallest error wins, the first (largest r)
+//         on ties, so a block int4_g32 already codes exactly keeps its scale. Same bits as
+//         int4_g32; KLD 0.045 -> 0.040 on the default model with R2 + R3 (docs/results.md).
 //   int4_g32a (llama.cpp q4_1: asymmetric per block; NaN is ignored by min / max):
 //         d = fp16(min((max - min) / 15, 65504)), m = fp16(clamp(min, ±65504))
 //         q = d == 0 ? 0 : round_half_even(clamp((x - m) / d, 0, 15)), decoded fma(q, d, m)
@@ -92,8 +98,9 @@ enum class KvFormat : std::uint8_t {
   kINT8G32,
   kINT4G32,
   kINT4G32A,
+  kINT4G32Mse,
 };
-inline constexpr std::size_t kKvFormatCount = 11;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 12;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).
