@@ -14,6 +14,7 @@
 #include "kvq/io/safetensors.h"
 #include "kvq/model/causal_lm.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::model::test {
 
@@ -21,19 +22,8 @@ inline std::filesystem::path tiny_dir(const std::string& variant) {
   return kvq::test::test_data_dir() / "tiny_llama" / variant;
 }
 
-// The tiny random model of every architecture row, by variant (tests/data/tiny_llama/<v> for the
-// Llamas of make_tiny_llama.py, tests/data/tiny_arch/<v> for make_tiny_archs.py's): the ones the
-// golden and hook tests run over. Llama "gqa" first (the cheapest).
-inline const std::vector<std::string>& tiny_variants() {
-  static const std::vector<std::string> v = {"gqa",   "llama3_tied", "llama_linear",
-                                             "qwen2", "qwen3",       "mistral"};
-  return v;
-}
-inline std::filesystem::path tiny_variant_dir(const std::string& variant) {
-  const std::filesystem::path llama = tiny_dir(variant);
-  return std::filesystem::exists(llama) ? llama
-                                        : kvq::test::test_data_dir() / "tiny_arch" / variant;
-}
+using kvq::test::tiny_variant_dir;
+using kvq::test::tiny_variants;
 
 // Every tensor of a checkpoint directory, by name (zero-copy over the mmap).
 inline std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {
