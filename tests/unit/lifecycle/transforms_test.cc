@@ -1,8 +1,7 @@
 // Transforms on the tiny GQA Llama (4 heads, 2 kv heads, head_dim 16, 3 layers; TransformRows: on
-// every architecture row): SpinQuant R3
-// (q_attn + k_cache hooks) and R2 (fused into v_proj / o_proj) leave the logits unchanged up to
-// rounding, hand observers and the cache rotated states, put the weights back bit for bit when
-// removed, and everything kvq cannot run is refused by name.
+// every architecture row): SpinQuant R3 (q_attn + k_cache hooks) and R2 (fused into v_proj /
+// o_proj) leave the logits unchanged up to rounding, hand observers and the cache rotated states,
+// put the weights back bit for bit when removed, and everything kvq cannot run is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
