@@ -9,7 +9,9 @@
 // kvq do the same fp32 math with different summation orders (BLAS blocking, online softmax), a
 // few ulps per op; any real mistake (a rope pair, a mask, a norm, a bias) is orders of magnitude
 // larger (the window alone moves mistral's and qwen2's logits by 2.0 and 1.8: the generator's
-// window_effect_maxdiff). Measured max |Δ| over all variants: logits <VARIANTS_MEASURED>.
+// window_effect_maxdiff). Measured max |Δ| over all variants (printed by each test): prefill
+// logits 6.3e-6, decode 4.8e-6, batch 4.1e-6 (all llama3_tied; the new rows ≤ 2.9e-6), keys 2.4e-6,
+// values 1.6e-6, layer-0 queries 1.7e-6, through the hooks as in the cache.
 #include <cstdio>
 #include <fstream>
 #include <map>
