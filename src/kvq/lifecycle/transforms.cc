@@ -161,6 +161,14 @@ std::unique_ptr<AppliedTransforms> apply_transforms(model::CausalLM& model,
                 "into the next Linear layers, which kvq does not do",
                 where, name, m->class_name());
           }
+          if (args.location == TransformLocation::kWeightOutput && m->has_bias()) {
+            // compressed-tensors rotates the bias with the output rows; kvq does not fuse into
+            // biases yet, and rotating the weight alone would change the model.
+            fail<NotSupported>(
+                "{} on {}: the Linear has a bias (as Qwen2's q/k/v_proj), and kvq does not "
+                "rotate biases yet",
+                where, name);
+          }
           const Shape& shape = m->weight().shape();
           const std::int64_t dim =
               args.location == TransformLocation::kWeightOutput ? shape[0] : shape[1];

@@ -1,5 +1,6 @@
 #include "kvq/model/architecture.h"
 
+#include <algorithm>
 #include <array>
 #include <set>
 
@@ -10,8 +11,8 @@
 namespace kvq::model {
 namespace {
 
-const std::array<Architecture, 1>& table() {
-  static const std::array<Architecture, 1> rows = {
+const std::array<Architecture, 4>& table() {
+  static const std::array<Architecture, 4> rows = {
       Architecture{
           .hf_class = "LlamaForCausalLM",
           .model_type = "llama",
@@ -25,6 +26,51 @@ const std::array<Architecture, 1>& table() {
           .mlp_classes = {"LlamaMLP", "Module"},
           .norm_classes = {"LlamaRMSNorm", "Module"},
           .rotary_classes = {"LlamaRotaryEmbedding", "Module"},
+          .activation_classes = {"SiLUActivation", "Module"},
+      },
+      Architecture{
+          .hf_class = "Qwen2ForCausalLM",
+          .model_type = "qwen2",
+          .hidden_act = "silu",
+          .forward = {.qkv_bias = true, .window_layers = WindowLayers::kOptIn},
+          .causal_lm_classes = {"Qwen2ForCausalLM", "Qwen2PreTrainedModel", "PreTrainedModel",
+                                "Module"},
+          .model_classes = {"Qwen2Model", "Qwen2PreTrainedModel", "PreTrainedModel", "Module"},
+          .decoder_layer_classes = {"Qwen2DecoderLayer", "GradientCheckpointingLayer", "Module"},
+          .attention_classes = {"Qwen2Attention", "Module"},
+          .mlp_classes = {"Qwen2MLP", "Module"},
+          .norm_classes = {"Qwen2RMSNorm", "Module"},
+          .rotary_classes = {"Qwen2RotaryEmbedding", "Module"},
+          .activation_classes = {"SiLUActivation", "Module"},
+      },
+      Architecture{
+          .hf_class = "Qwen3ForCausalLM",
+          .model_type = "qwen3",
+          .hidden_act = "silu",
+          .forward = {.qk_norm = true, .window_layers = WindowLayers::kOptIn},
+          .causal_lm_classes = {"Qwen3ForCausalLM", "Qwen3PreTrainedModel", "PreTrainedModel",
+                                "Module"},
+          .model_classes = {"Qwen3Model", "Qwen3PreTrainedModel", "PreTrainedModel", "Module"},
+          .decoder_layer_classes = {"Qwen3DecoderLayer", "GradientCheckpointingLayer", "Module"},
+          .attention_classes = {"Qwen3Attention", "Module"},
+          .mlp_classes = {"Qwen3MLP", "Module"},
+          .norm_classes = {"Qwen3RMSNorm", "Module"},
+          .rotary_classes = {"Qwen3RotaryEmbedding", "Module"},
+          .activation_classes = {"SiLUActivation", "Module"},
+      },
+      Architecture{
+          .hf_class = "MistralForCausalLM",
+          .model_type = "mistral",
+          .hidden_act = "silu",
+          .forward = {.window_layers = WindowLayers::kAll},
+          .causal_lm_classes = {"MistralForCausalLM", "MistralPreTrainedModel", "PreTrainedModel",
+                                "Module"},
+          .model_classes = {"MistralModel", "MistralPreTrainedModel", "PreTrainedModel", "Module"},
+          .decoder_layer_classes = {"MistralDecoderLayer", "GradientCheckpointingLayer", "Module"},
+          .attention_classes = {"MistralAttention", "Module"},
+          .mlp_classes = {"MistralMLP", "Module"},
+          .norm_classes = {"MistralRMSNorm", "Module"},
+          .rotary_classes = {"MistralRotaryEmbedding", "Module"},
           .activation_classes = {"SiLUActivation", "Module"},
       },
   };
@@ -131,15 +177,53 @@ void check_forward_support(const Architecture& arch, std::string_view source) {
   std::vector<std::string> missing;
   if (f.norm != NormKind::kRms) missing.push_back("RMSNorm with (1 + w) weights");
   if (f.norm_placement != NormPlacement::kPre) missing.push_back("sandwich norms");
-  if (f.qkv_bias) missing.push_back("q/k/v projection biases");
-  if (f.qk_norm) missing.push_back("q/k norms");
   if (f.rope != RopeStyle::kRotateHalf) missing.push_back("its RoPE layout");
-  if (f.sliding_window) missing.push_back("sliding-window attention");
   if (f.scale_embeddings) missing.push_back("scaled embeddings");
   if (!missing.empty()) {
     fail<NotSupported>("{}: {} needs what kvq's forward pass does not implement yet: {}", source,
                        arch.hf_class, name_list(missing, missing.size()));
   }
+}
+
+std::vector<std::int64_t> layer_windows(const Architecture& arch, const model::ModelConfig& c,
+                                        std::string_view source) {
+  const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
+  std::vector<std::int64_t> out(layers, 0);
+  // transformers' config default when config.json has no "sliding_window" (MistralConfig,
+  // Qwen2Config, Qwen3Config all say 4096); null is 0, no window.
+  const std::int64_t window = c.sliding_window.value_or(4096);
+  switch (arch.forward.window_layers) {
+    case WindowLayers::kNone:
+      return out;
+    case WindowLayers::kAll:
+      std::fill(out.begin(), out.end(), window);
+      return out;
+    case WindowLayers::kOptIn:
+      if (!c.use_sliding_window.value_or(false) || window == 0) return out;
+      if (c.layer_types.empty()) {
+        const std::int64_t from = c.max_window_layers.value_or(28);
+        for (std::size_t l = 0; l < layers; ++l) {
+          if (static_cast<std::int64_t>(l) >= from) out[l] = window;
+        }
+        return out;
+      }
+      if (c.layer_types.size() != layers) {
+        fail<ConfigError>("{}: layer_types lists {} layers but num_hidden_layers is {}", source,
+                          c.layer_types.size(), layers);
+      }
+      for (std::size_t l = 0; l < layers; ++l) {
+        const std::string& type = c.layer_types[l];
+        if (type == "sliding_attention") {
+          out[l] = window;
+        } else if (type != "full_attention") {
+          fail<ConfigError>(
+              "{}: layer_types[{}] is '{}'; kvq runs 'full_attention' and 'sliding_attention'",
+              source, l, type);
+        }
+      }
+      return out;
+  }
+  return out;
 }
 
 std::vector<TensorSpec> expected_tensors(const Architecture& arch, const model::ModelConfig& c) {

@@ -1,8 +1,9 @@
 // The architecture seam: what one decoder-only model family is, as data. A row of this table
 // (like a ggml type-traits row) names the family's Hugging Face classes and tensors and the knobs
 // the forward pass reads; CausalLM::build and CausalLM::run take everything family-specific from
-// it, so a new architecture is a new row plus whatever new knob it needs (issue 18: Qwen's qkv
-// bias, Gemma's sandwich norms, ...). Llama is the first row.
+// it, so a new architecture is a new row plus whatever new knob it needs (issue 18). Rows: Llama
+// (also Llama 3.x: rope_scaling comes from config.json), Qwen2 / Qwen2.5 (q/k/v biases), Qwen3
+// (q/k RMSNorm per head before RoPE), Mistral (sliding window on every layer).
 //
 // Loading refuses what kvq cannot run instead of guessing: an architecture that has no row, a
 // checkpoint tensor the row does not know (a Qwen2 q_proj.bias would otherwise be dropped
@@ -24,7 +25,8 @@ namespace kvq::model {
 // The forward pass's knobs: how one family's decoder layer differs from another's. Llama's values
 // are the defaults. expected_tensors reads them (a qkv bias or a q/k norm is a tensor the
 // checkpoint must hold); CausalLM::build refuses a row with values its forward does not implement
-// yet (check_forward_support), so a row can describe a family before its kernels land (issue 18).
+// yet (check_forward_support: Gemma's norms and embedding scale), so a row can describe a family
+// before its kernels land (issue 18).
 enum class NormKind {
   kRms,         // y = w · x / sqrt(mean(x²) + eps)                  (Llama, Qwen, Mistral)
   kRmsOnePlus,  // y = (1 + w) · x / sqrt(mean(x²) + eps)            (Gemma)
@@ -36,13 +38,22 @@ enum class NormPlacement {
 enum class RopeStyle {
   kRotateHalf,  // transformers' rotate_half: pairs (i, i + d/2)
 };
+// Which layers attend to a sliding window of config.json's sliding_window tokens (the others
+// see every earlier token): the family's config convention, as transformers reads it.
+enum class WindowLayers {
+  kNone,   // no sliding window; a sliding_window in the config is ignored      (Llama)
+  kAll,    // every layer; sliding_window null = none, absent = 4096            (Mistral)
+  kOptIn,  // only with use_sliding_window (default false): the layers layer_types names
+           // "sliding_attention", or without layer_types those from max_window_layers (default
+           // 28) on; sliding_window absent = 4096                              (Qwen2, Qwen3)
+};
 struct ForwardSpec {
   NormKind norm = NormKind::kRms;
   NormPlacement norm_placement = NormPlacement::kPre;
   bool qkv_bias = false;  // q/k/v_proj carry a bias                 (Qwen2)
-  bool qk_norm = false;   // per-head norm of q and k before RoPE    (Qwen3, Gemma 3)
+  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3)
   RopeStyle rope = RopeStyle::kRotateHalf;
-  bool sliding_window = false;    // some or all layers attend to a window only (Mistral, Gemma)
+  WindowLayers window_layers = WindowLayers::kNone;
   bool scale_embeddings = false;  // embeddings × sqrt(hidden_size)  (Gemma)
 };
 
@@ -70,8 +81,16 @@ std::span<const Architecture> architectures();
 const Architecture& find_architecture(const model::ModelConfig& config, std::string_view source);
 
 // NotSupported naming `source`, the architecture and each knob of arch.forward that CausalLM's
-// forward does not implement yet (so far: every value but Llama's). Called by CausalLM::build.
+// forward does not implement yet (Gemma's (1 + w) norms, sandwich norms, scaled embeddings).
+// Called by CausalLM::build.
 void check_forward_support(const Architecture& arch, std::string_view source);
+
+// Per layer, how many keys its queries see: 0 = every earlier token, w > 0 = the last w tokens,
+// the query's own included (transformers' sliding window: key t visible from query p when
+// p - w < t <= p), as arch.forward.window_layers reads the config. ConfigError naming `source`
+// when layer_types does not list one known type per layer.
+std::vector<std::int64_t> layer_windows(const Architecture& arch, const model::ModelConfig& config,
+                                        std::string_view source);
 
 // A checkpoint tensor the architecture expects.
 struct TensorSpec {

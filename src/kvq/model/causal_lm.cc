@@ -24,6 +24,13 @@ LinearWeight linear_weight(const Tensor& t) {
   return {t.f32(), nullptr};
 }
 
+// y [m, n] += bias [n], row by row.
+void add_bias(float* y, const float* bias, std::int64_t m, std::int64_t n) {
+  for (std::int64_t r = 0; r < m; ++r) {
+    for (std::int64_t i = 0; i < n; ++i) y[r * n + i] += bias[i];
+  }
+}
+
 // y [m, n] = x [m, k] · Wᵀ.
 void apply_linear(const float* x, const LinearWeight& w, float* y, std::int64_t m, std::int64_t n,
                   std::int64_t k) {
@@ -45,8 +52,14 @@ struct CausalLM::Layer {
   LinearWeight w_gate;               // [intermediate, hidden]
   LinearWeight w_up;                 // [intermediate, hidden]
   LinearWeight w_down;               // [hidden, intermediate]
+  const float* bq = nullptr;         // [heads * head_dim] q_proj bias, or none (qkv_bias)
+  const float* bk = nullptr;         // [kv_heads * head_dim]
+  const float* bv = nullptr;         // [kv_heads * head_dim]
+  const float* q_norm = nullptr;     // [head_dim] per-head RMSNorm of q before RoPE, or none
+  const float* k_norm = nullptr;     // [head_dim] the same for k (qk_norm)
   const float* in_norm = nullptr;    // [hidden]
   const float* post_norm = nullptr;  // [hidden]
+  std::int64_t window = 0;           // > 0: attends to the last `window` tokens only
 };
 
 DType parse_weight_dtype(std::string_view name) {
@@ -173,16 +186,24 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
   const std::int64_t d = config.head_dim;
   const std::int64_t qdim = config.num_attention_heads * d, kvdim = config.num_key_value_heads * d;
 
-  auto linear = [&](Module* parent, const std::string& name, const Shape& shape) {
+  const ForwardSpec& f = arch_->forward;
+  // A Linear; with `bias` its fp32 bias [out] is stored in *bias.
+  auto linear = [&](Module* parent, const std::string& name, const Shape& shape,
+                    const float** bias = nullptr) {
     Module* m = parent->add_child(make_module(name, linear_classes()));
     m->set_weight(take_weight(weights, name + ".weight", shape, source, matrix));
+    if (bias != nullptr) {
+      m->set_bias(take_weight(weights, name + ".bias", {shape[0]}, source, vector));
+      *bias = m->bias().f32();
+    }
     return linear_weight(m->weight());
   };
-  auto rms_norm = [&](Module* parent, const std::string& name) {
+  auto rms_norm = [&](Module* parent, const std::string& name, std::int64_t dim) {
     Module* m = parent->add_child(make_module(name, arch_->norm_classes));
-    m->set_weight(take_weight(weights, name + ".weight", {hid}, source, vector));
+    m->set_weight(take_weight(weights, name + ".weight", {dim}, source, vector));
     return m;
   };
+  const std::vector<std::int64_t> windows = layer_windows(*arch_, config, source);
 
   root_ = make_module("", arch_->causal_lm_classes);
   Module* model = root_->add_child(make_module("model", arch_->model_classes));
@@ -198,19 +219,24 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
     L.attn = layer->add_child(std::make_unique<AttentionModule>(
         p + ".self_attn", arch_->attention_classes, l, config.num_attention_heads,
         config.num_key_value_heads, d));
-    L.wq = linear(L.attn, p + ".self_attn.q_proj", {qdim, hid});
-    L.wk = linear(L.attn, p + ".self_attn.k_proj", {kvdim, hid});
-    L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid});
+    L.wq = linear(L.attn, p + ".self_attn.q_proj", {qdim, hid}, f.qkv_bias ? &L.bq : nullptr);
+    L.wk = linear(L.attn, p + ".self_attn.k_proj", {kvdim, hid}, f.qkv_bias ? &L.bk : nullptr);
+    L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid}, f.qkv_bias ? &L.bv : nullptr);
     L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim});
+    if (f.qk_norm) {  // after o_proj: transformers registers them in that order
+      L.q_norm = rms_norm(L.attn, p + ".self_attn.q_norm", d)->weight().f32();
+      L.k_norm = rms_norm(L.attn, p + ".self_attn.k_norm", d)->weight().f32();
+    }
+    L.window = windows[static_cast<std::size_t>(l)];
     Module* mlp = layer->add_child(make_module(p + ".mlp", arch_->mlp_classes));
     L.w_gate = linear(mlp, p + ".mlp.gate_proj", {inter, hid});
     L.w_up = linear(mlp, p + ".mlp.up_proj", {inter, hid});
     L.w_down = linear(mlp, p + ".mlp.down_proj", {hid, inter});
     mlp->add_child(make_module(p + ".mlp.act_fn", arch_->activation_classes));
-    L.in_norm = rms_norm(layer, p + ".input_layernorm")->weight().f32();
-    L.post_norm = rms_norm(layer, p + ".post_attention_layernorm")->weight().f32();
+    L.in_norm = rms_norm(layer, p + ".input_layernorm", hid)->weight().f32();
+    L.post_norm = rms_norm(layer, p + ".post_attention_layernorm", hid)->weight().f32();
   }
-  norm_ = rms_norm(model, "model.norm");
+  norm_ = rms_norm(model, "model.norm", hid);
   model->add_child(make_module("model.rotary_emb", arch_->rotary_classes));
   lm_head_ = root_->add_child(make_module("lm_head", linear_classes()));
   if (config.tie_word_embeddings) {
@@ -377,6 +403,15 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
     apply_linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
     apply_linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
     apply_linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
+    if (L.bq != nullptr) {
+      add_bias(qp.data(), L.bq, rows, H * d);
+      add_bias(kp.data(), L.bk, rows, Hkv * d);
+      add_bias(vp.data(), L.bv, rows, Hkv * d);
+    }
+    if (L.q_norm != nullptr) {  // each head's row [head_dim] normed on its own, before RoPE
+      kernels::rmsnorm(qp.data(), L.q_norm, qp.data(), rows * H, d, eps);
+      kernels::rmsnorm(kp.data(), L.k_norm, kp.data(), rows * Hkv, d, eps);
+    }
     to_heads(qp, q, H, true);
     to_heads(kp, k, Hkv, true);
     to_heads(vp, v, Hkv, false);
@@ -404,7 +439,7 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
         kviews[n(hh)] = cache.keys(l).rows(slot_of(b), hh);
         vviews[n(hh)] = cache.values(l).rows(slot_of(b), hh);
       }
-      const kernels::AttentionParams ap{H, Hkv, d, S, past_of(b), scale};
+      const kernels::AttentionParams ap{H, Hkv, d, S, past_of(b), scale, L.window};
       kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
                          attn_out.data() + b * S * H * d);
     }

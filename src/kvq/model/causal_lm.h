@@ -1,10 +1,15 @@
-// A decoder-only causal LM (the architecture a row of model/architecture.h describes; Llama so
-// far): forward pass in fp32, with hookable attention and an appendable KV cache.
+// A decoder-only causal LM (the architecture a row of model/architecture.h describes: Llama,
+// Qwen2, Qwen3, Mistral): forward pass in fp32, with hookable attention and an appendable KV
+// cache.
 //
 // Math (transformers' modeling_llama): embed → per layer [x += o_proj(attn(rope(q), rope(k), v))
 // of input_layernorm(x); x += down(silu(gate(h)) * up(h)) of post_attention_layernorm(x)] → norm
 // → lm_head (tied to embed_tokens when tie_word_embeddings). RMSNorm y = w · (x · rsqrt(mean(x²)
-// + eps)); RoPE rotate-half; GQA causal softmax attention with scale 1/sqrt(head_dim).
+// + eps)); RoPE rotate-half; GQA causal softmax attention with scale 1/sqrt(head_dim). The row's
+// knobs add: q/k/v = proj(h) + bias (qkv_bias); q, k = RMSNorm over each head's head_dim before
+// RoPE (qk_norm); each layer's sliding window (layer_windows: a query sees its last w tokens).
+// The KV cache keeps every token even on windowed layers (attention reads only the window; a
+// ring buffer per windowed layer is issue 18's follow-up).
 //
 // Every forward appends its tokens to the cache at the cache's current length: prefill of a
 // prompt and token-by-token decode are the same call. Weights are the modules' weight tensors:

@@ -205,6 +205,24 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
   if (const json* t = field(j, "attention_bias"))
     c.attention_bias = as_bool(*t, source, "attention_bias");
   if (const json* t = field(j, "mlp_bias")) c.mlp_bias = as_bool(*t, source, "mlp_bias");
+  if (j.contains("sliding_window")) {
+    const json* w = field(j, "sliding_window");
+    c.sliding_window = w == nullptr ? 0 : as_int(*w, source, "sliding_window");
+    if (*c.sliding_window < 0) {
+      fail<ConfigError>("{}: field 'sliding_window' must be positive or null, got {}", source,
+                        *c.sliding_window);
+    }
+  }
+  if (const json* t = field(j, "use_sliding_window"))
+    c.use_sliding_window = as_bool(*t, source, "use_sliding_window");
+  c.max_window_layers = optional_int(j, source, "max_window_layers");
+  if (const json* t = field(j, "layer_types")) {
+    if (!t->is_array()) fail<ConfigError>("{}: field 'layer_types' must be a list", source);
+    for (const auto& e : *t) {
+      if (!e.is_string()) fail<ConfigError>("{}: field 'layer_types' must list strings", source);
+      c.layer_types.push_back(e.get<std::string>());
+    }
+  }
   if (const json* t = field(j, "hidden_act")) {
     if (!t->is_string()) fail<ConfigError>("{}: field 'hidden_act' must be a string", source);
     c.hidden_act = t->get<std::string>();
@@ -283,6 +301,12 @@ json model_config_to_json(const ModelConfig& c) {
   } else {
     j["eos_token_id"] = c.eos_token_ids;
   }
+  if (c.sliding_window) {
+    j["sliding_window"] = *c.sliding_window > 0 ? json(*c.sliding_window) : json(nullptr);
+  }
+  if (c.use_sliding_window) j["use_sliding_window"] = *c.use_sliding_window;
+  if (c.max_window_layers) j["max_window_layers"] = *c.max_window_layers;
+  if (!c.layer_types.empty()) j["layer_types"] = c.layer_types;
   j["torch_dtype"] = c.torch_dtype;
   j.erase("dtype");
   // Written in both spellings so transformers 4 (rope_theta + rope_scaling), transformers 5

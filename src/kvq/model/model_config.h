@@ -42,8 +42,16 @@ struct ModelConfig {
   std::string torch_dtype = "float32";  // "float32", "bfloat16", ... ("torch_dtype" or "dtype")
   bool attention_bias = false;
   bool mlp_bias = false;
-  std::string hidden_act;  // "silu"; empty when config.json does not say
-  nlohmann::json raw;      // the whole config.json (quantization_config etc. stay here)
+  // Sliding-window attention, as config.json spells it; which layers use it is the family's
+  // convention (ForwardSpec::window_layers, model/architecture.h: layer_windows).
+  std::optional<std::int64_t> sliding_window;     // "sliding_window": > 0, 0 when null, nullopt
+                                                  // when absent (the family's default applies)
+  std::optional<bool> use_sliding_window;         // "use_sliding_window" (Qwen's switch)
+  std::optional<std::int64_t> max_window_layers;  // "max_window_layers" (Qwen)
+  std::vector<std::string> layer_types;  // "layer_types": "full_attention" / "sliding_attention"
+                                         // per layer; empty when absent
+  std::string hidden_act;                // "silu"; empty when config.json does not say
+  nlohmann::json raw;  // the whole config.json (quantization_config etc. stay here)
 };
 
 struct GenerationConfig {

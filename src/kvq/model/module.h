@@ -39,6 +39,9 @@ class Module {
   // The module's "weight" parameter (Linear, Embedding, LlamaRMSNorm); undefined otherwise.
   const Tensor& weight() const { return weight_; }
   bool has_weight() const { return weight_.defined() && weight_.numel() > 0; }
+  // A Linear's "bias" (Qwen2's q/k/v_proj), fp32 [out]; undefined when it has none.
+  const Tensor& bias() const { return bias_; }
+  bool has_bias() const { return bias_.defined() && bias_.numel() > 0; }
 
   // Pre-order walk of this module and its descendants (transformers' named_modules()).
   std::vector<Module*> named_modules();
@@ -52,6 +55,7 @@ class Module {
     return raw;
   }
   void set_weight(Tensor weight) { weight_ = std::move(weight); }
+  void set_bias(Tensor bias) { bias_ = std::move(bias); }
 
  private:
   void adopt(std::unique_ptr<Module> child);
@@ -62,6 +66,7 @@ class Module {
   std::vector<Module*> children_;
   std::vector<std::unique_ptr<Module>> owned_;
   Tensor weight_;
+  Tensor bias_;
 };
 
 // Class hierarchies of the modules every architecture shares (Python MRO restricted to

@@ -100,13 +100,13 @@ std::vector<float> random_q(const Case& c, std::uint64_t seed, float scale) {
 
 // Reference output in the kernel's layout [q_len, heads, head_dim].
 std::vector<float> reference(const Case& c, const std::vector<float>& q, const FakeCache& k,
-                             const FakeCache& v, float scale) {
+                             const FakeCache& v, float scale, std::int64_t window = 0) {
   std::vector<float> out(static_cast<std::size_t>(c.q_len * c.heads * c.head_dim));
   std::vector<float> oh(static_cast<std::size_t>(c.q_len * c.head_dim));
   const std::int64_t group = c.heads / c.kv_heads;
   for (std::int64_t h = 0; h < c.heads; ++h) {
     ref::attention(q.data() + h * c.q_len * c.head_dim, k.views[h / group], v.views[h / group],
-                   oh.data(), c.q_len, c.past, scale);
+                   oh.data(), c.q_len, c.past, scale, window);
     for (std::int64_t i = 0; i < c.q_len; ++i) {
       std::copy_n(oh.data() + i * c.head_dim, c.head_dim,
                   out.data() + (i * c.heads + h) * c.head_dim);
@@ -232,6 +232,58 @@ TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
         for (std::size_t i = 0; i < got.size(); ++i)
           moved = std::max(moved, std::fabs(got[i] - exact[i]));
         EXPECT_GT(moved, 1e-4f * v.max_abs()) << what << ": no different from the exact path";
+      }
+    }
+  }
+}
+
+// Sliding windows (Mistral, Qwen2's sliding layers): prefill over tiles whose lower bound falls
+// anywhere in a tile, decode with every split, a window of 1 (each query sees itself only) and
+// one longer than the sequence (no effect). The same tolerance as above; and where the window
+// hides keys the output must move (so a kernel ignoring it fails).
+TEST(Attention, SlidingWindowMatchesReference) {
+  struct WindowCase {
+    Case c;
+    std::int64_t window;
+  };
+  const WindowCase cases[] = {
+      {{4, 2, 16, 7, 0}, 3},       {{9, 3, 64, 100, 0}, 40},   {{6, 2, 16, 65, 64}, 64},
+      {{8, 2, 128, 40, 200}, 100}, {{2, 1, 64, 130, 0}, 1},    {{4, 4, 32, 31, 5}, 1000},
+      {{4, 2, 16, 1, 1}, 1},       {{9, 3, 64, 1, 1000}, 300}, {{8, 8, 32, 1, 300}, 64},
+      {{3, 3, 16, 1, 130}, 131},
+  };
+  for (KvFormat storage : {KvFormat::kF32, KvFormat::kFP8E4M3, KvFormat::kINT4}) {
+    for (const auto& [c, window] : cases) {
+      const std::int64_t total = c.past + c.q_len;
+      FakeCache k(storage, c.kv_heads, total, c.head_dim, 400 + total);
+      FakeCache v(storage, c.kv_heads, total, c.head_dim, 500 + total);
+      const auto q = random_q(c, 600 + c.heads, 1.0f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      const auto want = reference(c, q, k, v, scale, window);
+      const auto unwindowed = reference(c, q, k, v, scale);
+      const std::string what =
+          fmt::format("{} H={} Hkv={} D={} S={} past={} window={}", quant::kv_format_name(storage),
+                      c.heads, c.kv_heads, c.head_dim, c.q_len, c.past, window);
+      AttentionParams p{c.heads, c.kv_heads, c.head_dim, c.q_len, c.past, scale, window};
+      std::vector<float> got(want.size(), NAN);
+      attention(p, q.data(), k.views.data(), v.views.data(), got.data());  // dispatcher
+      expect_close(got, want, 2e-5f * v.max_abs(), what);
+      if (c.q_len > 1) {
+        attention_prefill(p, q.data(), k.views.data(), v.views.data(), got.data());
+        expect_close(got, want, 2e-5f * v.max_abs(), "prefill " + what);
+      } else {
+        for (std::int64_t splits : {1, 2, 3, 7, 64}) {
+          attention_decode(p, q.data(), k.views.data(), v.views.data(), got.data(), splits);
+          expect_close(got, want, 2e-5f * v.max_abs(), fmt::format("{} splits={}", what, splits));
+        }
+      }
+      float moved = 0.0f;
+      for (std::size_t i = 0; i < want.size(); ++i)
+        moved = std::max(moved, std::fabs(want[i] - unwindowed[i]));
+      if (window < total) {
+        EXPECT_GT(moved, 1e-2f * v.max_abs()) << what << ": the window hides nothing";
+      } else {
+        EXPECT_EQ(moved, 0.0f) << what;
       }
     }
   }

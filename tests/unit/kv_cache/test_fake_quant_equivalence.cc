@@ -10,7 +10,9 @@
 // values inside the dot products and accumulations, in the same order as the fp32 kernels. So the
 // logits are bit-identical, prefill and decode; the test demands exact equality (a wrong scale,
 // zero point, head mapping or rounding moves logits by ≥ 1e-3, and even a reordered sum shows as a
-// nonzero difference).
+// nonzero difference). On the tiny model of every architecture row (tiny_variants(); mistral's
+// window of 24 and qwen2's of 5 fall inside the 24 + 16 tokens, so windowed decode over packed rows
+// is covered).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "kvq/quant/quant_args.h"
 #include "support/float_grid_reference.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::model {
 namespace {
@@ -81,10 +84,10 @@ struct Observed {
   std::vector<std::vector<float>> mn, mx;  // [layers * 2][kv_heads]
 };
 
-class FakeQuantEquivalence : public ::testing::Test {
+class FakeQuantEquivalence : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model_ = CausalLM::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
+    model_ = CausalLM::load(kvq::test::tiny_variant_dir(GetParam()));
     const auto& c = model_->config();
     for (int i = 0; i < 24; ++i) prompt_.push_back((i * 37 + 5) % static_cast<int>(c.vocab_size));
     for (int i = 0; i < kDecodeSteps; ++i) {
@@ -231,7 +234,7 @@ class FakeQuantEquivalence : public ::testing::Test {
   Observed obs_;
 };
 
-TEST_F(FakeQuantEquivalence, PackedCacheMatchesFakeQuantizedFp32Cache) {
+TEST_P(FakeQuantEquivalence, PackedCacheMatchesFakeQuantizedFp32Cache) {
   const std::vector<float> plain = [&] {
     KvCache cache = model_->make_cache(1, 64);
     return run(cache);
@@ -250,14 +253,18 @@ TEST_F(FakeQuantEquivalence, PackedCacheMatchesFakeQuantizedFp32Cache) {
       (i < prefill_n ? pre : dec) = std::max(i < prefill_n ? pre : dec, d);
       vs_plain = std::max(vs_plain, std::fabs(a[i] - plain[i]));
     }
-    std::printf("%-22s max|logit| %.3f  prefill rel %.2e  decode rel %.2e  (quant effect %.2e)\n",
-                s.name().c_str(), amax, pre / amax, dec / amax, vs_plain / amax);
+    std::printf(
+        "%-12s %-22s max|logit| %.3f  prefill rel %.2e  decode rel %.2e  (quant effect %.2e)\n",
+        GetParam().c_str(), s.name().c_str(), amax, pre / amax, dec / amax, vs_plain / amax);
     EXPECT_EQ(pre, 0.0f) << s.name() << " prefill";
     EXPECT_EQ(dec, 0.0f) << s.name() << " decode";
     // The quantization must actually change something, or the comparison proves nothing.
     EXPECT_GT(vs_plain, kMinQuantEffect * amax) << s.name() << " did not quantize";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Rows, FakeQuantEquivalence,
+                         ::testing::ValuesIn(kvq::test::tiny_variants()));
 
 }  // namespace
 }  // namespace kvq::model

@@ -1,4 +1,5 @@
-// Calibration on the tiny GQA Llama: scales = observer statistics / 448 for the states the
+// Calibration on the tiny model of every architecture row (the probe test) and the tiny GQA Llama:
+// scales = observer statistics / 448 for the states the
 // hooks saw (an independent probe hook recomputes them), quantization disabled while
 // calibrating (0.14.0.1), frozen + enabled after; observer rules; bad inputs.
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "kvq/quant/qparams.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::lifecycle {
 namespace {
@@ -35,14 +37,22 @@ std::vector<CalibrationSample> samples(int n = 3) {
   return s;
 }
 
-TEST(Calibrate, PerHeadStaticMinMaxMatchesProbe) {
-  auto m = tiny();
+// On every architecture row, the recipe targeting the row's attention class (LlamaAttention,
+// Qwen2Attention, ...: matched through the module tree's class names, as in compressed-tensors).
+class CalibrateRows : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CalibrateRows, PerHeadStaticMinMaxMatchesProbe) {
+  auto m = model::CausalLM::load(test::tiny_variant_dir(GetParam()));
+  const auto& c = m->config();
+  const auto L = static_cast<std::size_t>(c.num_hidden_layers);
+  const auto H = static_cast<std::size_t>(c.num_attention_heads);
+  const auto Hkv = static_cast<std::size_t>(c.num_key_value_heads);
   // Probe registered BEFORE apply: it sees the same (unquantized) states as the observers.
-  std::vector<std::vector<float>> kmax(3, std::vector<float>(2, 0.0f));
-  std::vector<std::vector<float>> qmax(3, std::vector<float>(4, 0.0f));
+  std::vector<std::vector<float>> kmax(L, std::vector<float>(Hkv, 0.0f));
+  std::vector<std::vector<float>> qmax(L, std::vector<float>(H, 0.0f));
   std::vector<model::ScopedHook> probes;
-  for (int l = 0; l < 3; ++l) {
-    auto& a = m->attention(l);
+  for (std::size_t l = 0; l < L; ++l) {
+    auto& a = m->attention(static_cast<std::int64_t>(l));
     probes.emplace_back(a.register_key_hook([&, l](model::AttentionModule&, model::StatesView v) {
       for (std::int64_t h = 0; h < v.heads; ++h)
         for (std::int64_t t = 0; t < v.tokens; ++t)
@@ -56,18 +66,26 @@ TEST(Calibrate, PerHeadStaticMinMaxMatchesProbe) {
             qmax[l][h] = std::max(qmax[l][h], std::fabs(v.row(0, h, t)[d]));
     }));
   }
-  auto lc = apply_quantization_config(*m, recipe("attn_fp8_head_static_minmax"));
+  quant::QuantizationConfig config = recipe("attn_fp8_head_static_minmax");
+  ASSERT_EQ(config.config_groups.size(), 1u);
+  config.config_groups[0].second.targets = {m->architecture().attention_classes.front()};
+  auto lc = apply_quantization_config(*m, config);
+  ASSERT_EQ(lc->states().size(), L);
   const auto r = calibrate(*lc, samples(), {.show_progress = false});
   EXPECT_EQ(r.samples, 3);
-  for (int l = 0; l < 3; ++l) {
+  for (std::size_t l = 0; l < L; ++l) {
     const auto& s = *lc->states()[l];
-    for (int h = 0; h < 2; ++h) EXPECT_EQ(s.k->scale[h], kmax[l][h] / 448.0f) << l << " " << h;
-    for (int h = 0; h < 4; ++h) EXPECT_EQ(s.q->scale[h], qmax[l][h] / 448.0f) << l << " " << h;
+    for (std::size_t h = 0; h < Hkv; ++h)
+      EXPECT_EQ(s.k->scale[h], kmax[l][h] / 448.0f) << l << " " << h;
+    for (std::size_t h = 0; h < H; ++h)
+      EXPECT_EQ(s.q->scale[h], qmax[l][h] / 448.0f) << l << " " << h;
     EXPECT_EQ(s.status, quant::QuantizationStatus::kFrozen);
     EXPECT_TRUE(s.quantization_enabled);
   }
-  EXPECT_EQ(r.records.size(), 9u);
+  EXPECT_EQ(r.records.size(), 3 * L);
 }
+
+INSTANTIATE_TEST_SUITE_P(Rows, CalibrateRows, ::testing::ValuesIn(test::tiny_variants()));
 
 // The lifecycle's observers are kvq::quant's (golden-tested against llm-compressor 0.14.0.1 by
 // tests/golden/quant); this checks the rules through the StatesView adapter the hooks use.

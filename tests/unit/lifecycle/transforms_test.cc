@@ -1,10 +1,11 @@
-// Transforms on the tiny GQA Llama (4 heads, 2 kv heads, head_dim 16, 3 layers): SpinQuant R3
-// (q_attn + k_cache hooks) and R2 (fused into v_proj / o_proj) leave the logits unchanged up to
-// rounding, hand observers and the cache rotated states, put the weights back bit for bit when
-// removed, and everything kvq cannot run is refused by name.
+// Transforms on the tiny GQA Llama (4 heads, 2 kv heads, head_dim 16, 3 layers; TransformRows: on
+// every architecture row): SpinQuant R3 (q_attn + k_cache hooks) and R2 (fused into v_proj /
+// o_proj) leave the logits unchanged up to rounding, hand observers and the cache rotated states,
+// put the weights back bit for bit when removed, and everything kvq cannot run is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "kvq/core/error.h"
@@ -15,6 +16,7 @@
 #include "kvq/model/causal_lm.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::lifecycle {
 namespace {
@@ -79,6 +81,58 @@ TEST(Transforms, RotationsLeaveTheLogitsUnchangedUpToRounding) {
   const Tensor again = m->forward(prompt(), model::LogitsMode::kAll);
   EXPECT_EQ(max_diff(plain, again), 0.0f);
 }
+
+// On every architecture row: R3 (online, on the post-RoPE, post-q/k-norm states the hooks see)
+// leaves the logits unchanged up to rounding; R2 too where v_proj has no bias, and where it has one
+// (Qwen2) kvq refuses R2 by name rather than rotate the weight without its bias (compressed-
+// tensors rotates both), leaving the model as it was.
+class TransformRows : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TransformRows, RotationsLeaveTheLogitsUnchangedOrAreRefused) {
+  auto m = model::CausalLM::load(test::tiny_variant_dir(GetParam()));
+  const std::int64_t d = m->config().head_dim;
+  const Tensor plain = m->forward(prompt(), model::LogitsMode::kAll);
+  {
+    auto t = apply_transforms(
+        *m, quant::spinquant_transform_config(Json::parse(R"({"rotations": ["R3"]})"), d));
+    model::KvCache rotated = m->make_cache(1, 16);
+    const float diff = max_diff(plain, m->forward(prompt(), rotated, model::LogitsMode::kAll));
+    std::printf("  %-12s R3 max|diff| %.3g\n", GetParam().c_str(), diff);
+    EXPECT_LT(diff, 5e-6f);  // measured ≤ 2.5e-6 over the rows
+    t.reset();
+    model::KvCache unrotated = m->make_cache(1, 16);
+    m->forward(prompt(), unrotated, model::LogitsMode::kLast);
+    EXPECT_NE(rotated.keys(0).read(9), unrotated.keys(0).read(9)) << "R3 rotated nothing";
+  }
+  const TransformConfig r2 =
+      quant::spinquant_transform_config(Json::parse(R"({"rotations": ["R2"]})"), d);
+  if (m->architecture().forward.qkv_bias) {
+    try {
+      apply_transforms(*m, r2);
+      ADD_FAILURE() << "R2 fused into a Linear with a bias";
+    } catch (const NotSupported& e) {
+      EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.v_proj: the Linear has a "
+                                           "bias"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(max_diff(plain, m->forward(prompt(), model::LogitsMode::kAll)), 0.0f);
+    return;
+  }
+  auto t = apply_transforms(*m, r2);
+  EXPECT_EQ(t->fused_modules().size(),
+            2u * static_cast<std::size_t>(m->config().num_hidden_layers));
+  model::KvCache rotated = m->make_cache(1, 16);
+  const float diff = max_diff(plain, m->forward(prompt(), rotated, model::LogitsMode::kAll));
+  std::printf("  %-12s R2 max|diff| %.3g\n", GetParam().c_str(), diff);
+  EXPECT_LT(diff, 5e-6f);  // measured ≤ 2.8e-6 over the rows
+  t.reset();
+  model::KvCache unrotated = m->make_cache(1, 16);
+  m->forward(prompt(), unrotated, model::LogitsMode::kLast);
+  EXPECT_NE(rotated.values(0).read(9), unrotated.values(0).read(9)) << "R2 rotated nothing";
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, TransformRows, ::testing::ValuesIn(test::tiny_variants()));
 
 // A recipe with SpinQuantModifier R2 + R3 before the kv scheme: the observers calibrate on the
 // rotated keys and values (the scales differ from the unrotated recipe's), and the packed INT4

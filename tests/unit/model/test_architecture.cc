@@ -1,12 +1,14 @@
-// The architecture seam (kvq/model/architecture.h): the Llama row, the checkpoint tensor table,
-// and what loading refuses — unknown architectures, unknown or quantized tensors — with errors
-// that name them.
+// The architecture seam (kvq/model/architecture.h): the rows (Llama, Qwen2, Qwen3, Mistral), the
+// checkpoint tensor table, each family's sliding-window convention (layer_windows), and what
+// loading refuses — unknown architectures, unknown or quantized tensors, knob values the forward
+// does not run — with errors that name them.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "kvq/core/error.h"
 #include "kvq/model/architecture.h"
@@ -60,20 +62,31 @@ TEST(Architecture, LlamaIsFoundByClassOrModelType) {
 
 TEST(Architecture, UnknownArchitecturesAndActivationsAreRefusedByName) {
   model::ModelConfig c = small_config();
-  c.architectures = {"Qwen2ForCausalLM"};
+  c.architectures = {"Phi3ForCausalLM"};
   try {
-    find_architecture(c, "qwen-dir");
-    FAIL() << "Qwen2 accepted";
+    find_architecture(c, "phi-dir");
+    FAIL() << "Phi3 accepted";
   } catch (const NotSupported& e) {
     const std::string w = e.what();
-    EXPECT_NE(w.find("qwen-dir: architecture Qwen2ForCausalLM is not supported"), std::string::npos)
+    EXPECT_NE(w.find("phi-dir: architecture Phi3ForCausalLM is not supported"), std::string::npos)
         << w;
-    EXPECT_NE(w.find("LlamaForCausalLM (model_type llama)"), std::string::npos) << w;
+    for (const char* row :
+         {"LlamaForCausalLM (model_type llama)",
+          "Qwen2ForCausalLM (model_type "
+          "qwen2)",
+          "Qwen3ForCausalLM (model_type qwen3)", "MistralForCausalLM (model_type mistral)"}) {
+      EXPECT_NE(w.find(row), std::string::npos) << row << " in: " << w;
+    }
   }
   c = small_config();
   c.architectures.clear();
   c.model_type = "gemma3";
   EXPECT_THROW(find_architecture(c, "m"), NotSupported);
+  for (const char* name : {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}) {
+    c = small_config();
+    c.architectures = {name};
+    EXPECT_EQ(find_architecture(c, "m").hf_class, name);
+  }
   c = small_config();
   c.hidden_act = "gelu_pytorch_tanh";
   try {
@@ -162,12 +175,12 @@ TEST(Architecture, TensorTableRefusesContradictionsUnknownsAndQuantizedWeights) 
 }
 
 // The forward knobs drive the tensor table: a row with Qwen2's bias, Qwen3's q/k norms or Gemma's
-// sandwich norms expects their tensors, and CausalLM refuses the knobs it does not run yet, naming
-// each.
+// sandwich norms expects their tensors, and CausalLM refuses the knobs it does not run yet (Gemma's
+// norms and embedding scale), naming each; every row of the table runs.
 TEST(Architecture, ForwardKnobsAddTheirTensorsAndUnimplementedOnesAreRefused) {
   const model::ModelConfig c = small_config();
   const Architecture& llama = find_architecture(c, "m");
-  EXPECT_NO_THROW(check_forward_support(llama, "m"));
+  for (const Architecture& a : architectures()) EXPECT_NO_THROW(check_forward_support(a, "m"));
   Architecture other = llama;
   other.hf_class = "OtherForCausalLM";
   other.forward.qkv_bias = true;
@@ -182,16 +195,109 @@ TEST(Architecture, ForwardKnobsAddTheirTensorsAndUnimplementedOnesAreRefused) {
   EXPECT_EQ(extra.at("model.layers.0.self_attn.k_norm.weight"), Shape({16}));
   EXPECT_EQ(extra.at("model.layers.0.pre_feedforward_layernorm.weight"), Shape({64}));
   other.forward.scale_embeddings = true;
+  other.forward.norm = NormKind::kRmsOnePlus;
   try {
     check_forward_support(other, "mymodel");
     ADD_FAILURE() << "accepted";
   } catch (const NotSupported& e) {
     const std::string msg = e.what();
-    for (const char* part : {"mymodel", "OtherForCausalLM", "q/k/v projection biases", "q/k norms",
+    for (const char* part : {"mymodel", "OtherForCausalLM", "RMSNorm with (1 + w) weights",
                              "sandwich norms", "scaled embeddings"}) {
       EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
     }
+    // The knobs the forward runs are not named.
+    EXPECT_EQ(msg.find("bias"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("q/k norm"), std::string::npos) << msg;
   }
+}
+
+// Each family reads its sliding window from config.json the way transformers does.
+TEST(Architecture, LayerWindowsFollowEachFamilysConfigConvention) {
+  using W = std::vector<std::int64_t>;
+  model::ModelConfig c = small_config();
+  c.num_hidden_layers = 4;
+  const auto windows = [&](const char* arch) {
+    c.architectures = {arch};
+    return layer_windows(find_architecture(c, "m"), c, "m");
+  };
+  // Llama ignores a sliding_window (LlamaAttention has none).
+  c.sliding_window = 8;
+  EXPECT_EQ(windows("LlamaForCausalLM"), W({0, 0, 0, 0}));
+  // Mistral: every layer; null = none; absent = MistralConfig's default 4096.
+  EXPECT_EQ(windows("MistralForCausalLM"), W({8, 8, 8, 8}));
+  c.sliding_window = 0;
+  EXPECT_EQ(windows("MistralForCausalLM"), W({0, 0, 0, 0}));
+  c.sliding_window.reset();
+  EXPECT_EQ(windows("MistralForCausalLM"), W({4096, 4096, 4096, 4096}));
+  c.layer_types = {"full_attention", "sliding_attention", "full_attention", "full_attention"};
+  EXPECT_EQ(windows("MistralForCausalLM"), W({4096, 4096, 4096, 4096}));  // ignored, as there
+  // Qwen: off unless use_sliding_window, as the Qwen2.5 checkpoints on the Hub ship it
+  // (sliding_window 32768, use_sliding_window false, max_window_layers 28 / 70).
+  c.layer_types.clear();
+  c.sliding_window = 32768;
+  c.max_window_layers = 2;
+  for (const char* qwen : {"Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+    c.use_sliding_window.reset();
+    EXPECT_EQ(windows(qwen), W({0, 0, 0, 0})) << qwen;
+    c.use_sliding_window = false;
+    EXPECT_EQ(windows(qwen), W({0, 0, 0, 0})) << qwen;
+    c.use_sliding_window = true;  // layers from max_window_layers on
+    EXPECT_EQ(windows(qwen), W({0, 0, 32768, 32768})) << qwen;
+    c.layer_types = {"sliding_attention", "full_attention", "full_attention", "sliding_attention"};
+    EXPECT_EQ(windows(qwen), W({32768, 0, 0, 32768})) << qwen;  // layer_types win
+    c.sliding_window = 0;                                       // null: no window at all
+    EXPECT_EQ(windows(qwen), W({0, 0, 0, 0})) << qwen;
+    c.sliding_window = 32768;
+    c.layer_types.clear();
+  }
+  c.use_sliding_window = true;
+  c.layer_types = {"sliding_attention", "full_attention"};
+  try {
+    windows("Qwen2ForCausalLM");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer_types lists 2 layers but num_hidden_layers is 4"),
+              std::string::npos)
+        << e.what();
+  }
+  c.layer_types = {"sliding_attention", "chunked_attention", "full_attention", "full_attention"};
+  try {
+    windows("Qwen2ForCausalLM");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer_types[1] is 'chunked_attention'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// config.json's sliding-window fields: parsed as written (null is 0, absent is nullopt) and
+// written back.
+TEST(Architecture, SlidingWindowConfigFieldsRoundTrip) {
+  nlohmann::json j = {{"hidden_size", 64},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"intermediate_size", 96},
+                      {"vocab_size", 100},
+                      {"sliding_window", nullptr},
+                      {"use_sliding_window", true},
+                      {"max_window_layers", 1},
+                      {"layer_types", {"full_attention", "sliding_attention"}}};
+  model::ModelConfig c = parse_model_config(j, "cfg");
+  EXPECT_EQ(c.sliding_window, std::optional<std::int64_t>(0));
+  EXPECT_EQ(c.use_sliding_window, std::optional<bool>(true));
+  EXPECT_EQ(c.max_window_layers, std::optional<std::int64_t>(1));
+  EXPECT_EQ(c.layer_types, (std::vector<std::string>{"full_attention", "sliding_attention"}));
+  j["sliding_window"] = 4096;
+  c = parse_model_config(j, "cfg");
+  EXPECT_EQ(c.sliding_window, std::optional<std::int64_t>(4096));
+  const model::ModelConfig back = parse_model_config(model_config_to_json(c), "back");
+  EXPECT_EQ(back.sliding_window, c.sliding_window);
+  EXPECT_EQ(back.layer_types, c.layer_types);
+  j.erase("sliding_window");
+  EXPECT_FALSE(parse_model_config(j, "cfg").sliding_window.has_value());
+  j["sliding_window"] = -1;
+  EXPECT_THROW(parse_model_config(j, "cfg"), ConfigError);
 }
 
 TEST(Architecture, AttentionQparamNames) {

@@ -1,7 +1,8 @@
-// LoadOptions::weights = kBF16 on the tiny Llamas (gqa: untied lm_head; llama3_tied: lm_head tied
-// to the embedding): what is stored in bf16, and that the bf16 model computes what the fp32
-// model computes on the bf16-rounded weights. The kernels widen each weight exactly and do the
-// fp32 arithmetic, and on these shapes they take the same routes as the fp32 kernels (GEMV rows
+// LoadOptions::weights = kBF16 on the tiny model of every architecture row (gqa: untied lm_head;
+// llama3_tied and qwen2: lm_head tied to the embedding; qwen2's q/k/v biases and qwen3's q/k norms
+// stay fp32 like the other vectors): what is stored in bf16, and that the bf16 model computes what
+// the fp32 model computes on the bf16-rounded weights. The kernels widen each weight exactly and do
+// the fp32 arithmetic, and on these shapes they take the same routes as the fp32 kernels (GEMV rows
 // in the same order; one widened block per sgemm call, the whole matrix), so the logits are
 // BIT-IDENTICAL, prefill and decode, with any KV cache and with hooks.
 #include "kvq/core/dtype.h"
@@ -16,7 +17,7 @@ const std::vector<std::int32_t> kPrompt = {5, 17, 200, 3, 99, 42, 7, 128, 64, 1,
 using test::load_weights;
 
 // Every matrix (Linear weights, embedding) rounded to bf16 and widened back to fp32; norm
-// weights (vectors) as they are.
+// weights and biases (vectors) as they are.
 std::map<std::string, Tensor> rounded_weights(const std::filesystem::path& dir) {
   std::map<std::string, Tensor> out;
   for (const auto& [name, t] : load_weights(dir)) {
@@ -34,8 +35,8 @@ std::map<std::string, Tensor> rounded_weights(const std::filesystem::path& dir) 
 class Bf16Weights : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Bf16Weights, StoresLinearAndEmbeddingWeightsInBf16) {
-  const auto f32 = CausalLM::load(tiny_dir(GetParam()));
-  const auto bf16 = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto f32 = CausalLM::load(tiny_variant_dir(GetParam()));
+  const auto bf16 = CausalLM::load(tiny_variant_dir(GetParam()), LoadOptions{DType::kBF16});
   EXPECT_EQ(f32->weight_dtype(), DType::kF32);
   EXPECT_EQ(bf16->weight_dtype(), DType::kBF16);
   std::size_t bytes_f32 = 0, bytes_bf16 = 0;
@@ -54,6 +55,9 @@ TEST_P(Bf16Weights, StoresLinearAndEmbeddingWeightsInBf16) {
     } else {
       EXPECT_EQ(w.dtype(), DType::kF32) << m->name();
     }
+    if (m->has_bias()) {
+      EXPECT_EQ(m->bias().dtype(), DType::kF32) << m->name();
+    }
     if (m->name() == "lm_head" && f32->config().tie_word_embeddings) continue;  // shared
     bytes_f32 += w32.nbytes();
     bytes_bf16 += w.nbytes();
@@ -67,8 +71,9 @@ TEST_P(Bf16Weights, StoresLinearAndEmbeddingWeightsInBf16) {
 }
 
 TEST_P(Bf16Weights, ComputesTheFp32ModelOnRoundedWeights) {
-  const auto bf16 = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
-  const auto ref = CausalLM::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
+  const auto bf16 = CausalLM::load(tiny_variant_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto ref =
+      CausalLM::from_weights(bf16->config(), rounded_weights(tiny_variant_dir(GetParam())));
   const std::int64_t vocab = bf16->config().vocab_size;
   for (KvFormat format : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kNVFP4}) {
     KvCache a = bf16->make_cache(1, 32, format);
@@ -88,8 +93,9 @@ TEST_P(Bf16Weights, ComputesTheFp32ModelOnRoundedWeights) {
 
 // Hooks see and may rewrite the states of a bf16 model as of an fp32 one.
 TEST_P(Bf16Weights, HooksFireAndRewriteStates) {
-  const auto bf16 = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
-  const auto ref = CausalLM::from_weights(bf16->config(), rounded_weights(tiny_dir(GetParam())));
+  const auto bf16 = CausalLM::load(tiny_variant_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto ref =
+      CausalLM::from_weights(bf16->config(), rounded_weights(tiny_variant_dir(GetParam())));
   int calls = 0;
   auto halve_keys = [&calls](AttentionModule&, StatesView s) {
     ++calls;
@@ -101,11 +107,11 @@ TEST_P(Bf16Weights, HooksFireAndRewriteStates) {
   const Tensor b = ref->forward(kPrompt, LogitsMode::kAll);
   EXPECT_EQ(calls, 2);
   EXPECT_TRUE(bit_identical(a, b)) << max_abs_diff(a, b);
-  const auto plain = CausalLM::load(tiny_dir(GetParam()), LoadOptions{DType::kBF16});
+  const auto plain = CausalLM::load(tiny_variant_dir(GetParam()), LoadOptions{DType::kBF16});
   EXPECT_GT(max_abs_diff(a, plain->forward(kPrompt, LogitsMode::kAll)), 1e-4f);  // it did act
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, Bf16Weights, ::testing::Values("gqa", "llama3_tied"));
+INSTANTIATE_TEST_SUITE_P(Tiny, Bf16Weights, ::testing::ValuesIn(tiny_variants()));
 
 TEST(WeightDtype, ParsesTheFlagAndRejectsOthers) {
   EXPECT_EQ(parse_weight_dtype("f32"), DType::kF32);

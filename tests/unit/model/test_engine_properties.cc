@@ -1,6 +1,7 @@
-// Properties of the forward pass, hooks and cache on the tiny GQA Llama (4 heads, 2 KV heads,
-// head_dim 16, 3 layers): prefill == decode, batched == unbatched, hook transparency and
-// semantics, independence of two models, error handling.
+// Properties of the forward pass, hooks and cache: prefill == decode, batched == unbatched,
+// decode_step == one sequence at a time, hook transparency and rewrites on every architecture row
+// (EngineAllArchs); hook semantics, independence of two models and error handling on the tiny GQA
+// Llama (4 heads, 2 KV heads, head_dim 16, 3 layers).
 #include <cstring>
 
 #include "kvq/core/dtype.h"
@@ -28,86 +29,6 @@ class Engine : public ::testing::Test {
   std::filesystem::path dir_;
   std::unique_ptr<CausalLM> model_;
 };
-
-TEST_F(Engine, PrefillEqualsTokenByTokenDecode) {
-  KvCache a = model_->make_cache(1, 32);
-  const Tensor prefill = model_->forward(kPrompt, a, LogitsMode::kAll);
-  KvCache b = model_->make_cache(1, 32);
-  const std::int64_t vocab = model_->config().vocab_size;
-  for (std::size_t i = 0; i < kPrompt.size(); ++i) {
-    const std::int32_t t[1] = {kPrompt[i]};
-    const Tensor step = model_->forward(t, b, LogitsMode::kLast);
-    EXPECT_LE(max_abs_diff(step.f32(), prefill.f32() + static_cast<std::int64_t>(i) * vocab, vocab),
-              kTol)
-        << "position " << i;
-  }
-  EXPECT_EQ(a.length(), 12);
-  EXPECT_EQ(b.length(), 12);
-  // Mixed: prefill 5, then chunks of 4 and 3.
-  KvCache c = model_->make_cache(1, 32);
-  model_->forward(std::span(kPrompt).first(5), c, LogitsMode::kLast);
-  model_->forward(std::span(kPrompt).subspan(5, 4), c, LogitsMode::kLast);
-  const Tensor tail = model_->forward(std::span(kPrompt).subspan(9), c, LogitsMode::kAll);
-  EXPECT_LE(max_abs_diff(tail.f32(), prefill.f32() + 9 * vocab, 3 * vocab), kTol);
-}
-
-TEST_F(Engine, BatchedEqualsUnbatched) {
-  std::vector<std::int32_t> two(kPrompt);
-  for (std::int32_t t : kPrompt) two.push_back((t * 7 + 3) % 256);
-  KvCache cache = model_->make_cache(2, 16);
-  const Tensor batched = model_->forward_batch(two, 2, cache, LogitsMode::kAll);
-  const std::int64_t n = 12 * model_->config().vocab_size;
-  for (int b = 0; b < 2; ++b) {
-    const Tensor single = model_->forward(std::span(two).subspan(b * 12, 12), LogitsMode::kAll);
-    EXPECT_LE(max_abs_diff(batched.f32() + b * n, single.f32(), n), kTol) << "sequence " << b;
-  }
-  // Batched decode continues both sequences.
-  const std::int32_t next[2] = {9, 10};
-  const Tensor step = model_->forward_batch(next, 2, cache, LogitsMode::kLast);
-  EXPECT_EQ(step.shape(), (Shape{2, 1, 256}));
-  KvCache single_cache = model_->make_cache(1, 16);
-  model_->forward(std::span(two).subspan(12, 12), single_cache, LogitsMode::kLast);
-  const Tensor one = model_->forward(std::span(next).subspan(1, 1), single_cache);
-  EXPECT_LE(max_abs_diff(step.f32() + 256, one.f32(), 256), kTol);
-}
-
-// decode_step: several sequences, each in its own cache at its own length, one token each. Up to
-// 8 sequences every row is bit-identical to decoding that sequence alone (batched GEMV); the
-// cache format (packed nvfp4 with dynamic scales, bf16) and the query / key hooks, which see each
-// sequence at its own position, change nothing.
-TEST_F(Engine, DecodeStepEqualsDecodingEachSequenceAlone) {
-  for (KvFormat format : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kNVFP4}) {
-    std::vector<std::int64_t> starts;
-    ScopedHook hook(model_->attention(2).register_key_hook(
-        [&](AttentionModule&, StatesView s) { starts.push_back(s.start_position); }));
-    const std::int64_t lengths[] = {12, 3, 7, 1, 9};
-    std::vector<KvCache> together, alone;
-    for (std::int64_t len : lengths) {
-      for (auto* set : {&together, &alone}) {
-        set->push_back(model_->make_cache(1, 32, format));
-        model_->forward(std::span(kPrompt).first(static_cast<std::size_t>(len)), set->back());
-      }
-    }
-    std::vector<KvCache*> ptrs;
-    for (KvCache& c : together) ptrs.push_back(&c);
-    std::vector<std::int32_t> tokens = {11, 22, 33, 44, 55};
-    for (int step = 0; step < 4; ++step) {
-      starts.clear();
-      const Tensor batched = model_->decode_step(tokens, ptrs);
-      ASSERT_EQ(batched.shape(), (Shape{5, 256}));
-      for (std::size_t i = 0; i < tokens.size(); ++i) {
-        EXPECT_EQ(starts[i], lengths[i] + step) << "sequence " << i;
-        const std::int32_t one[1] = {tokens[i]};
-        const Tensor single = model_->forward(one, alone[i]);
-        EXPECT_EQ(std::memcmp(batched.f32() + i * 256, single.f32(), 256 * sizeof(float)), 0)
-            << quant::kv_format_name(format) << " sequence " << i << " step " << step;
-        tokens[i] = (tokens[i] * 5 + step) % 256;
-      }
-    }
-    for (std::size_t i = 0; i < together.size(); ++i)
-      EXPECT_EQ(together[i].length(), lengths[i] + 4);
-  }
-}
 
 // More sequences than the batched GEMV takes: sgemm, equal within its rounding.
 TEST_F(Engine, DecodeStepOfManySequences) {
@@ -147,25 +68,124 @@ TEST_F(Engine, DecodeStepRejectsBadInputs) {
   EXPECT_EQ(a.length(), 1);
 }
 
-TEST_F(Engine, CacheLessForwardTakesTheSameRoute) {
-  KvCache cache = model_->make_cache(1, 64);
-  const Tensor with_cache = model_->forward(kPrompt, cache, LogitsMode::kAll);
-  const Tensor without = model_->forward(kPrompt, LogitsMode::kAll);
-  EXPECT_TRUE(bit_identical(with_cache, without));
-  const Tensor last = model_->forward(kPrompt, LogitsMode::kLast);
-  EXPECT_EQ(last.shape(), (Shape{1, 256}));
+// The properties every architecture row must keep (tiny_variants(): Llama, Llama 3 / linear
+// rope, Qwen2 with biases and windowed layers, Qwen3 with q/k norms, Mistral with its window),
+// on a 30-token prompt that runs past the windows of qwen2 (5) and mistral (24).
+class EngineAllArchs : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    model_ = CausalLM::load(tiny_variant_dir(GetParam()));
+    for (int i = 0; i < 30; ++i) prompt_.push_back((i * 37 + 11) % 253 + 3);
+  }
+  std::int64_t vocab() const { return model_->config().vocab_size; }
+  std::int64_t layers() const { return model_->config().num_hidden_layers; }
+  std::unique_ptr<CausalLM> model_;
+  std::vector<std::int32_t> prompt_;  // [30]
+};
+
+TEST_P(EngineAllArchs, PrefillEqualsTokenByTokenDecode) {
+  const auto n = static_cast<std::int64_t>(prompt_.size());
+  const std::int64_t vocab = this->vocab();
+  KvCache a = model_->make_cache(1, 64);
+  const Tensor prefill = model_->forward(prompt_, a, LogitsMode::kAll);
+  KvCache b = model_->make_cache(1, 64);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int32_t t[1] = {prompt_[static_cast<std::size_t>(i)]};
+    const Tensor step = model_->forward(t, b, LogitsMode::kLast);
+    EXPECT_LE(max_abs_diff(step.f32(), prefill.f32() + i * vocab, vocab), kTol) << "position " << i;
+  }
+  EXPECT_EQ(a.length(), n);
+  EXPECT_EQ(b.length(), n);
+  // Mixed: prefill 5, then chunks of 4 and the rest (a chunk whose window starts in the past).
+  KvCache c = model_->make_cache(1, 64);
+  model_->forward(std::span(prompt_).first(5), c, LogitsMode::kLast);
+  model_->forward(std::span(prompt_).subspan(5, 4), c, LogitsMode::kLast);
+  const Tensor tail = model_->forward(std::span(prompt_).subspan(9), c, LogitsMode::kAll);
+  EXPECT_LE(max_abs_diff(tail.f32(), prefill.f32() + 9 * vocab, (n - 9) * vocab), kTol);
 }
 
-TEST_F(Engine, NoOpHooksLeaveLogitsBitIdentical) {
+TEST_P(EngineAllArchs, BatchedEqualsUnbatched) {
+  const auto n = static_cast<std::int64_t>(prompt_.size());
+  std::vector<std::int32_t> two(prompt_);
+  for (std::int32_t t : prompt_) two.push_back((t * 7 + 3) % 256);
+  KvCache cache = model_->make_cache(2, 40);
+  const Tensor batched = model_->forward_batch(two, 2, cache, LogitsMode::kAll);
+  const std::int64_t size = n * vocab();
+  for (std::int64_t b = 0; b < 2; ++b) {
+    const Tensor single = model_->forward(
+        std::span(two).subspan(static_cast<std::size_t>(b * n), prompt_.size()), LogitsMode::kAll);
+    EXPECT_LE(max_abs_diff(batched.f32() + b * size, single.f32(), size), kTol) << "sequence " << b;
+  }
+  // Batched decode continues both sequences.
+  const std::int32_t next[2] = {9, 10};
+  const Tensor step = model_->forward_batch(next, 2, cache, LogitsMode::kLast);
+  EXPECT_EQ(step.shape(), (Shape{2, 1, vocab()}));
+  KvCache single_cache = model_->make_cache(1, 40);
+  model_->forward(std::span(two).subspan(prompt_.size()), single_cache, LogitsMode::kLast);
+  const Tensor one = model_->forward(std::span(next).subspan(1, 1), single_cache);
+  EXPECT_LE(max_abs_diff(step.f32() + vocab(), one.f32(), vocab()), kTol);
+}
+
+// decode_step: several sequences, each in its own cache at its own length, one token each. Up to
+// 8 sequences every row is bit-identical to decoding that sequence alone (batched GEMV); the
+// cache format (packed nvfp4 with dynamic scales, bf16) and the query / key hooks, which see each
+// sequence at its own position, change nothing.
+TEST_P(EngineAllArchs, DecodeStepEqualsDecodingEachSequenceAlone) {
+  const std::int64_t vocab = this->vocab(), last = layers() - 1;
+  for (KvFormat format : {KvFormat::kF32, KvFormat::kBF16, KvFormat::kNVFP4}) {
+    std::vector<std::int64_t> starts;
+    ScopedHook hook(model_->attention(last).register_key_hook(
+        [&](AttentionModule&, StatesView s) { starts.push_back(s.start_position); }));
+    const std::int64_t lengths[] = {30, 3, 7, 1, 26};
+    std::vector<KvCache> together, alone;
+    for (std::int64_t len : lengths) {
+      for (auto* set : {&together, &alone}) {
+        set->push_back(model_->make_cache(1, 40, format));
+        model_->forward(std::span(prompt_).first(static_cast<std::size_t>(len)), set->back());
+      }
+    }
+    std::vector<KvCache*> ptrs;
+    for (KvCache& c : together) ptrs.push_back(&c);
+    std::vector<std::int32_t> tokens = {11, 22, 33, 44, 55};
+    for (int step = 0; step < 4; ++step) {
+      starts.clear();
+      const Tensor batched = model_->decode_step(tokens, ptrs);
+      ASSERT_EQ(batched.shape(), (Shape{5, vocab}));
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        EXPECT_EQ(starts[i], lengths[i] + step) << "sequence " << i;
+        const std::int32_t one[1] = {tokens[i]};
+        const Tensor single = model_->forward(one, alone[i]);
+        EXPECT_EQ(std::memcmp(batched.f32() + static_cast<std::int64_t>(i) * vocab, single.f32(),
+                              static_cast<std::size_t>(vocab) * sizeof(float)),
+                  0)
+            << quant::kv_format_name(format) << " sequence " << i << " step " << step;
+        tokens[i] = (tokens[i] * 5 + step) % 256;
+      }
+    }
+    for (std::size_t i = 0; i < together.size(); ++i)
+      EXPECT_EQ(together[i].length(), lengths[i] + 4);
+  }
+}
+
+TEST_P(EngineAllArchs, CacheLessForwardTakesTheSameRoute) {
+  KvCache cache = model_->make_cache(1, 64);
+  const Tensor with_cache = model_->forward(prompt_, cache, LogitsMode::kAll);
+  const Tensor without = model_->forward(prompt_, LogitsMode::kAll);
+  EXPECT_TRUE(bit_identical(with_cache, without));
+  const Tensor last = model_->forward(prompt_, LogitsMode::kLast);
+  EXPECT_EQ(last.shape(), (Shape{1, vocab()}));
+}
+
+TEST_P(EngineAllArchs, NoOpHooksLeaveLogitsBitIdentical) {
   auto run = [&] {
     std::vector<Tensor> out;
-    KvCache cache = model_->make_cache(1, 32);
-    out.push_back(model_->forward(kPrompt, cache, LogitsMode::kAll));
+    KvCache cache = model_->make_cache(1, 40);
+    out.push_back(model_->forward(prompt_, cache, LogitsMode::kAll));
     for (std::int32_t t : {3, 4, 5}) {
       const std::int32_t one[1] = {t};
       out.push_back(model_->forward(one, cache, LogitsMode::kLast));
     }
-    out.push_back(model_->forward(kPrompt, LogitsMode::kAll));  // no cache
+    out.push_back(model_->forward(prompt_, LogitsMode::kAll));  // no cache
     return out;
   };
   const std::vector<Tensor> plain = run();
@@ -178,11 +198,30 @@ TEST_F(Engine, NoOpHooksLeaveLogitsBitIdentical) {
     hooks.emplace_back(a->register_value_hook(noop));
   }
   const std::vector<Tensor> hooked = run();
-  EXPECT_EQ(calls, 3 * 3 * 5);  // layers × (q, k, v) × forwards
+  EXPECT_EQ(calls, layers() * 3 * 5);  // layers × (q, k, v) × forwards
   ASSERT_EQ(plain.size(), hooked.size());
   for (std::size_t i = 0; i < plain.size(); ++i)
     EXPECT_TRUE(bit_identical(plain[i], hooked[i])) << i;
 }
+
+// A key hook's rewrite is what the cache stores and attention reads, on every row.
+TEST_P(EngineAllArchs, KeyHookRewritesWhatTheCacheStores) {
+  const std::int64_t last = layers() - 1, n = static_cast<std::int64_t>(prompt_.size());
+  KvCache plain = model_->make_cache(1, 40);
+  const Tensor before = model_->forward(prompt_, plain, LogitsMode::kLast);
+  ScopedHook h(model_->attention(last).register_key_hook([](AttentionModule&, StatesView s) {
+    for (std::int64_t i = 0; i < s.numel(); ++i) s.data[i] *= 2.0f;  // exact in fp32
+  }));
+  KvCache hooked = model_->make_cache(1, 40);
+  const Tensor after = model_->forward(prompt_, hooked, LogitsMode::kLast);
+  const std::vector<float> a = plain.keys(last).read(n), b = hooked.keys(last).read(n);
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(b[i], 2.0f * a[i]) << i;
+  EXPECT_EQ(plain.values(last).read(n), hooked.values(last).read(n));
+  EXPECT_EQ(plain.keys(0).read(n), hooked.keys(0).read(n));  // earlier layer untouched
+  EXPECT_GT(max_abs_diff(before, after), 1e-3f);             // attention read the rewrite
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, EngineAllArchs, ::testing::ValuesIn(tiny_variants()));
 
 TEST_F(Engine, HooksSeeDocumentedShapesPositionsAndOrder) {
   struct Seen {
@@ -221,20 +260,6 @@ TEST_F(Engine, HooksSeeDocumentedShapesPositionsAndOrder) {
     EXPECT_EQ(s.head_dim, 16);
     EXPECT_EQ(s.start, prefill ? 0 : 5);
   }
-}
-
-TEST_F(Engine, KeyHookRewritesWhatTheCacheStores) {
-  KvCache plain = model_->make_cache(1, 16);
-  model_->forward(kPrompt, plain, LogitsMode::kLast);
-  ScopedHook h(model_->attention(2).register_key_hook([](AttentionModule&, StatesView s) {
-    for (std::int64_t i = 0; i < s.numel(); ++i) s.data[i] *= 2.0f;  // exact in fp32
-  }));
-  KvCache hooked = model_->make_cache(1, 16);
-  model_->forward(kPrompt, hooked, LogitsMode::kLast);
-  const std::vector<float> a = plain.keys(2).read(12), b = hooked.keys(2).read(12);
-  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(b[i], 2.0f * a[i]) << i;
-  EXPECT_EQ(plain.values(2).read(12), hooked.values(2).read(12));
-  EXPECT_EQ(plain.keys(1).read(12), hooked.keys(1).read(12));  // earlier layer untouched
 }
 
 // A key hook zeroing KV head 1 of layer 0 must equal a model whose k_proj rows for that head

@@ -14,12 +14,16 @@
 #include "kvq/io/safetensors.h"
 #include "kvq/model/causal_lm.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::model::test {
 
 inline std::filesystem::path tiny_dir(const std::string& variant) {
   return kvq::test::test_data_dir() / "tiny_llama" / variant;
 }
+
+using kvq::test::tiny_variant_dir;
+using kvq::test::tiny_variants;
 
 // Every tensor of a checkpoint directory, by name (zero-copy over the mmap).
 inline std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {

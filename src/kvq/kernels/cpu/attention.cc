@@ -192,23 +192,30 @@ struct TileKernels {
 };
 
 // Online-softmax attention of nq query rows over key rows [t_begin, t_end).
-// Row i sits at position pos0 + i * pos_step and sees keys t <= its position.
-// m, l [nq] and acc [nq, d] carry the running state (initialise m = -inf, l = 0, acc = 0).
-void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64_t pos_step,
+// Row i sits at position pos = pos0 + i and sees keys t <= pos (and t > pos - window when
+// window > 0). m, l [nq] and acc [nq, d] carry the running state (initialise m = -inf, l = 0,
+// acc = 0).
+void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64_t window,
                   const KvRowsView& k, const KvRowsView& v, std::int64_t t_begin,
                   std::int64_t t_end, float scale, Scratch& sc, float* m, float* l, float* acc) {
   const std::int64_t d = k.head_dim;
   const TileKernels tiles(d);
-  const std::int64_t last_pos = pos0 + (nq - 1) * pos_step;
+  const std::int64_t last_pos = pos0 + nq - 1;
   t_end = std::min(t_end, last_pos + 1);
+  if (window > 0) t_begin = std::max(t_begin, pos0 - window + 1);  // row 0's first key
   for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
     const std::int64_t nt = std::min(kKeyTile, t_end - t0);
     load_k_transposed(k, t0, nt, sc.v.data(), sc.kt.data());
     tiles.scores(q, nq, sc.kt.data(), nt, sc.s.data());
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = sc.s.data() + i * kKeyTile;
-      const std::int64_t visible = std::min(nt, pos0 + i * pos_step - t0 + 1);  // may be <= 0
-      for (std::int64_t j = 0; j < nt; ++j) si[j] = j < visible ? si[j] * scale : kNegInf;
+      // Visible columns [first, end) of this tile; either bound may fall outside it.
+      const std::int64_t pos = pos0 + i;
+      const std::int64_t end = std::min(nt, pos - t0 + 1);
+      const std::int64_t first = window > 0 ? pos - window + 1 - t0 : 0;
+      for (std::int64_t j = 0; j < nt; ++j) {
+        si[j] = j >= first && j < end ? si[j] * scale : kNegInf;
+      }
       const SoftmaxStep st = softmax_step(si, nt, m[i]);
       const float mx = st.max;
       if (mx == kNegInf) continue;  // nothing visible yet for this row (si is all zeros)
@@ -273,7 +280,7 @@ int parallel_threads(std::int64_t items) {
 void check_params(const AttentionParams& p) {
   KVQ_CHECK(p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0, "heads {} kv_heads {}",
             p.heads, p.kv_heads);
-  KVQ_CHECK(p.head_dim > 0 && p.q_len >= 0 && p.past >= 0, "bad attention shape");
+  KVQ_CHECK(p.head_dim > 0 && p.q_len >= 0 && p.past >= 0 && p.window >= 0, "bad attention shape");
 }
 
 }  // namespace
@@ -303,8 +310,8 @@ void attention_prefill(const AttentionParams& p, const float* q, const KvRowsVie
       std::fill(l.begin(), l.end(), 0.0f);
       std::fill(acc.begin(), acc.end(), 0.0f);
       const float* qh = q + (h * p.q_len + i0) * d;  // [nq, d]
-      attend_range(qh, nq, p.past + i0, 1, keys[h / group], values[h / group], 0, p.past + p.q_len,
-                   p.scale, sc, m.data(), l.data(), acc.data());
+      attend_range(qh, nq, p.past + i0, p.window, keys[h / group], values[h / group], 0,
+                   p.past + p.q_len, p.scale, sc, m.data(), l.data(), acc.data());
       for (std::int64_t i = 0; i < nq; ++i) {
         float* o = out + ((i0 + i) * p.heads + h) * d;
         const float inv = 1.0f / l[static_cast<std::size_t>(i)];
@@ -321,10 +328,13 @@ void attention_decode(const AttentionParams& p, const float* q, const KvRowsView
   const std::int64_t d = p.head_dim;
   const std::int64_t group = p.heads / p.kv_heads;
   const std::int64_t total = p.past + 1;
-  splits = std::min(splits, total);
-  const std::int64_t chunk = (total + splits - 1) / splits;
+  // Keys [first, total) are visible: all of them, or the last `window`.
+  const std::int64_t first = p.window > 0 ? std::max<std::int64_t>(0, total - p.window) : 0;
+  const std::int64_t visible = total - first;
+  splits = std::min(splits, visible);
+  const std::int64_t chunk = (visible + splits - 1) / splits;
   const std::int64_t items = p.kv_heads * splits;
-  const int threads = p.heads * total * d < kMinParallelWork ? 1 : parallel_threads(items);
+  const int threads = p.heads * visible * d < kMinParallelWork ? 1 : parallel_threads(items);
   // Partial states per (kv head, split): m, l [group], acc [group, d].
   std::vector<float> pm(static_cast<std::size_t>(items * group));
   std::vector<float> pl(static_cast<std::size_t>(items * group));
@@ -342,7 +352,7 @@ void attention_decode(const AttentionParams& p, const float* q, const KvRowsView
       std::fill(m, m + group, kNegInf);
       std::fill(l, l + group, 0.0f);
       std::fill(acc, acc + group * d, 0.0f);
-      const std::int64_t t_begin = sp * chunk;
+      const std::int64_t t_begin = first + sp * chunk;
       const std::int64_t t_end = std::min(total, t_begin + chunk);
       // The group's query heads are adjacent rows of q: [group, d], all at position `past`.
       attend_packed(q + kvh * group * d, group, keys[kvh], values[kvh], t_begin, t_end, p.scale,
@@ -381,7 +391,7 @@ void attention(const AttentionParams& p, const float* q, const KvRowsView* keys,
   }
   // Split the sequence only when there is enough of it to pay for the merge and the KV heads
   // alone cannot keep every thread busy.
-  const std::int64_t total = p.past + 1;
+  const std::int64_t total = p.window > 0 ? std::min(p.past + 1, p.window) : p.past + 1;
   const std::int64_t threads = num_threads();
   std::int64_t splits = 1;
   if (threads > 1 && total >= 512) {

@@ -26,10 +26,14 @@ struct AttentionParams {
   std::int64_t q_len = 0;  // new tokens
   std::int64_t past = 0;   // cached tokens before them; keys/values hold past + q_len rows
   float scale = 1.0f;      // softmax scale, normally 1/sqrt(head_dim)
+  // Sliding window: > 0 limits each query to the last `window` keys, itself included (position p
+  // sees p - window < t <= p, transformers' sliding_window_overlay); 0 = every earlier key.
+  std::int64_t window = 0;
 };
 
 // q [heads, q_len, head_dim]; keys, values: kv_heads views each; out [q_len, heads, head_dim].
-// Query i (position past + i) attends to rows t <= past + i.
+// Query i (position past + i) attends to rows t <= past + i (and t > past + i - window when
+// p.window > 0; rows before the first visible one are never read).
 void attention(const AttentionParams& p, const float* q, const KvRowsView* keys,
                const KvRowsView* values, float* out);
 

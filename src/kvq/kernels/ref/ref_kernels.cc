@@ -76,7 +76,7 @@ void swiglu(const float* gate, const float* up, float* out, std::int64_t n) {
 }
 
 void attention(const float* q, const KvRowsView& keys, const KvRowsView& values, float* out,
-               std::int64_t q_len, std::int64_t past, float scale) {
+               std::int64_t q_len, std::int64_t past, float scale, std::int64_t window) {
   const std::int64_t d = keys.head_dim;
   const std::int64_t total = past + q_len;
   std::vector<float> k(static_cast<std::size_t>(total * d));  // [total, head_dim]
@@ -86,10 +86,13 @@ void attention(const float* q, const KvRowsView& keys, const KvRowsView& values,
   std::vector<float> p(static_cast<std::size_t>(total));
   for (std::int64_t i = 0; i < q_len; ++i) {
     const float* qi = q + i * d;
-    const std::int64_t visible = past + i + 1;
+    const std::int64_t end = past + i + 1;  // keys [first, end) are visible
+    const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, end - window) : 0;
+    const std::int64_t visible = end - first;
     for (std::int64_t t = 0; t < visible; ++t) {
+      const float* kt = k.data() + (first + t) * d;
       float s = 0.0f;
-      for (std::int64_t c = 0; c < d; ++c) s += qi[c] * k[static_cast<std::size_t>(t * d + c)];
+      for (std::int64_t c = 0; c < d; ++c) s += qi[c] * kt[c];
       p[static_cast<std::size_t>(t)] = s * scale;
     }
     softmax(p.data(), visible);
@@ -97,7 +100,8 @@ void attention(const float* q, const KvRowsView& keys, const KvRowsView& values,
     for (std::int64_t c = 0; c < d; ++c) oi[c] = 0.0f;
     for (std::int64_t t = 0; t < visible; ++t) {
       const float pt = p[static_cast<std::size_t>(t)];
-      for (std::int64_t c = 0; c < d; ++c) oi[c] += pt * v[static_cast<std::size_t>(t * d + c)];
+      const float* vt = v.data() + (first + t) * d;
+      for (std::int64_t c = 0; c < d; ++c) oi[c] += pt * vt[c];
     }
   }
 }

@@ -37,8 +37,10 @@ void swiglu(const float* gate, const float* up, float* out, std::int64_t n);
 // Causal attention of one query head against one KV stream (any packed format): every row is
 // first decoded to fp32 with the scalar codec (quant::dequantize_row), then plain attention.
 // q [q_len, head_dim] are the queries at positions past .. past+q_len-1; keys/values hold rows
-// [0, past + q_len). Query i attends to rows t <= past + i. out [q_len, head_dim].
+// [0, past + q_len). Query i attends to rows t <= past + i, and with window > 0 only to
+// t > past + i - window (a sliding window of `window` keys, itself included). out [q_len,
+// head_dim].
 void attention(const float* q, const KvRowsView& keys, const KvRowsView& values, float* out,
-               std::int64_t q_len, std::int64_t past, float scale);
+               std::int64_t q_len, std::int64_t past, float scale, std::int64_t window = 0);
 
 }  // namespace kvq::kernels::ref
