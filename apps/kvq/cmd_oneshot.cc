@@ -91,6 +91,11 @@ void run_oneshot(const OneshotArgs& a) {
   if (a.max_seq_length <= 0)
     fail<InvalidArgument>("--max-seq-length must be > 0, got {}", a.max_seq_length);
   const quant::QuantizationConfig config = quant::load_recipe(a.recipe);
+  if (config.key_smoothing && !a.output.empty())  // save_pretrained would refuse it at the end
+    fail<NotSupported>(
+        "--recipe {}: a KeySmoothingModifier cannot be saved in a checkpoint (no transformers / "
+        "vLLM equivalent); drop --output (--report only) or evaluate it with kvq eval / compare",
+        a.recipe);
   auto model = model::CausalLM::load(a.model);
   if (a.max_seq_length > model->config().max_position_embeddings)
     fail<InvalidArgument>("--max-seq-length {} is beyond {}'s context (max_position_embeddings {})",

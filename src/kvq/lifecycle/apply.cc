@@ -279,7 +279,11 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::CausalLM
   lc->model_ = &model;
   lc->config_ = config;
   const model::ModelConfig& mc = model.config();
-  // Transforms first: their hooks precede every observer and quantization hook.
+  // Key smoothing, then transforms: their hooks precede every observer and quantization hook.
+  if (config.key_smoothing) {
+    lc->key_smoothing_ = std::make_unique<KeySmoothing>(model, *config.key_smoothing);
+    log::info("{}", lc->key_smoothing_->summary());
+  }
   if (config.spinquant) {
     lc->config_.transforms = quant::spinquant_transform_config(
         *config.spinquant, static_cast<int>(mc.head_dim), "recipe: SpinQuantModifier");

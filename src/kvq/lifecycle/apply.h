@@ -20,6 +20,8 @@
 //    activations / output activations → ConfigError with the reference message).
 //  - a target of a config group that matches no module → ConfigError (the reference only warns;
 //    a recipe that selects nothing is a mistake kvq refuses).
+//  - key smoothing (a recipe's KeySmoothingModifier, lifecycle/key_smoothing.h) before
+//    everything, so it sees the raw states and a rotation mixes the smoothed channels;
 //  - transforms first (lifecycle/transforms.h): config.transforms, or the TransformConfig a
 //    recipe's SpinQuantModifier makes for this model; their hooks precede every quantization
 //    hook and observer. A config may hold transforms only (nothing quantized).
@@ -31,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvq/lifecycle/key_smoothing.h"
 #include "kvq/lifecycle/quantized_attention.h"
 #include "kvq/lifecycle/transforms.h"
 #include "kvq/model/causal_lm.h"
@@ -51,6 +54,10 @@ class QuantizationLifecycle {
   const quant::QuantizationConfig& config() const { return config_; }
   // The transforms applied (empty when the config has none).
   const AppliedTransforms& transforms() const { return *transforms_; }
+  // A recipe's KeySmoothingModifier (nullptr when none): its hooks precede the transforms';
+  // calibrate() fits it first.
+  KeySmoothing* key_smoothing() { return key_smoothing_.get(); }
+  const KeySmoothing* key_smoothing() const { return key_smoothing_.get(); }
 
   // In named_modules order.
   const std::vector<std::unique_ptr<QuantizedAttentionState>>& states() const { return states_; }
@@ -105,6 +112,7 @@ class QuantizationLifecycle {
 
   model::CausalLM* model_ = nullptr;
   quant::QuantizationConfig config_;
+  std::unique_ptr<KeySmoothing> key_smoothing_;
   std::unique_ptr<AppliedTransforms> transforms_;
   std::vector<std::unique_ptr<QuantizedAttentionState>> states_;
   // Per state: the fake-quant hook handles, re-registered last whenever a pre-hook is added.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvq/core/error.h"
+#include "kvq/core/log.h"
 #include "kvq/core/progress.h"
 #include "kvq/io/atomic_write.h"
 #include "kvq/lifecycle/heatmap_png.h"
@@ -37,6 +38,22 @@ struct ObserverSlot {
 
 }  // namespace
 
+void calibrate_key_smoothing(QuantizationLifecycle& lifecycle,
+                             std::span<const CalibrationSample> samples,
+                             const CalibrationOptions& options) {
+  KeySmoothing* ks = lifecycle.key_smoothing();
+  if (ks == nullptr || ks->calibrated()) return;
+  lifecycle.set_quantization_enabled(false);  // DisableQuantization, as for the observers
+  try {
+    ks->calibrate(samples, options.show_progress);
+  } catch (...) {
+    lifecycle.set_quantization_enabled(true);
+    throw;
+  }
+  lifecycle.set_quantization_enabled(true);
+  log::info("{}", ks->summary());
+}
+
 CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
                             std::span<const CalibrationSample> samples,
                             const CalibrationOptions& options) {
@@ -51,6 +68,11 @@ CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
           s.index, s.tokens.size(), max_pos);
     total_tokens += static_cast<std::int64_t>(s.tokens.size());
   }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  // Key smoothing first: its statistics are of the raw states; the observers then see smoothed
+  // ones.
+  calibrate_key_smoothing(lifecycle, samples, options);
 
   // Observers in the reference's order: q (impl) then k, v (kv_cache), per module.
   std::vector<ObserverSlot> slots;
@@ -82,10 +104,10 @@ CalibrationResult calibrate(QuantizationLifecycle& lifecycle,
   lifecycle.set_quantization_enabled(false);
 
   CalibrationResult result;
-  ProgressBar bar("calibrate", total_tokens, "tok", !options.show_progress);
-  const auto t0 = std::chrono::steady_clock::now();
+  ProgressBar bar("calibrate", total_tokens, "tok", !options.show_progress || slots.empty());
   try {
     for (const auto& s : samples) {
+      if (slots.empty()) break;  // nothing to observe (key smoothing / transforms only)
       lifecycle.model().forward(s.tokens, model::LogitsMode::kLast);
       bar.advance(static_cast<std::int64_t>(s.tokens.size()));
     }

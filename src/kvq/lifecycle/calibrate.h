@@ -43,6 +43,13 @@ struct CalibrationResult {
   double seconds = 0;
 };
 
+// Fits the lifecycle's key smoothing (lifecycle/key_smoothing.h) on the samples, with
+// quantization disabled; nothing when it has none or it is already fitted. calibrate() starts
+// with it.
+void calibrate_key_smoothing(QuantizationLifecycle& lifecycle,
+                             std::span<const CalibrationSample> samples,
+                             const CalibrationOptions& options = {});
+
 // Runs every sample through the model (one forward each, no cache reuse), then sets the
 // scales, freezes and enables quantization. InvalidArgument for an empty sample list, a sample
 // longer than the model's max_position_embeddings, or any resulting zero / NaN / Inf scale or a

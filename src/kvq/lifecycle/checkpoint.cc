@@ -168,6 +168,11 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
                      const fs::path& out_dir,
                      const std::function<void(const fs::path& dir)>& write_extra) {
   lifecycle.check_scales("save_pretrained");
+  if (lifecycle.key_smoothing() != nullptr)
+    fail<NotSupported>(
+        "save_pretrained: the recipe's KeySmoothingModifier cannot be saved: neither "
+        "compressed-tensors' transform_config nor vLLM has a per-channel key smoothing, so the "
+        "checkpoint would run without it (evaluate it with kvq eval / compare instead)");
   for (const std::string& w : lifecycle.export_warnings()) log::warn("export: {}", w);
 
   const io::SafetensorsModel src = io::SafetensorsModel::open(source_model_dir);

@@ -17,6 +17,14 @@ inline constexpr std::string_view kDefaultQuantizationFormat = "fakequant";
 // The compressed-tensors version kvq writes into checkpoints (the one it is pinned to).
 inline constexpr std::string_view kCompressedTensorsVersion = "0.19.0";
 
+// A recipe's KeySmoothingModifier (kvq's extension, lifecycle/key_smoothing.h): per-channel key
+// scaling s = rk^strength / rq^(1 - strength) and, with `center`, the keys' mean removed.
+struct KeySmoothingArgs {
+  double smoothing_strength = 0.5;
+  bool center = true;
+  bool operator==(const KeySmoothingArgs&) const = default;
+};
+
 struct QuantizationConfig {
   // Insertion-ordered like the Python dict. Preset groups (a list of targets under a preset
   // name) are expanded on parse, as `model_post_init` does.
@@ -33,6 +41,8 @@ struct QuantizationConfig {
   // (spinquant_transform_config).
   TransformConfig transforms;
   std::optional<Json> spinquant;
+  // A recipe's KeySmoothingModifier (not a checkpoint field: checkpoints cannot carry it).
+  std::optional<KeySmoothingArgs> key_smoothing;
 
   // `extra="ignore"`: unknown top-level keys are ignored; `config_groups` is required (it may be
   // empty: a checkpoint or recipe with transforms only).

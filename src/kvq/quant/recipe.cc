@@ -222,6 +222,33 @@ QuantizationConfig resolve_quantization_modifier(const Json& mod, const std::str
   return config;
 }
 
+// KeySmoothingModifier: {smoothing_strength: number in [0, 1], center: bool}, nothing else.
+KeySmoothingArgs parse_key_smoothing(const Json& mod, const std::string& where) {
+  KeySmoothingArgs args;
+  if (mod.is_null()) return args;
+  if (!mod.is_object()) fail<ConfigError>("{}: Input should be a valid dictionary", where);
+  for (const auto& [key, value] : mod.items()) {
+    if (key == "smoothing_strength") {
+      if (!value.is_number())
+        fail<ConfigError>("{}: smoothing_strength: Input should be a valid number", where);
+      args.smoothing_strength = value.get<double>();
+      if (!(args.smoothing_strength >= 0.0 && args.smoothing_strength <= 1.0))
+        fail<ConfigError>("{}: smoothing_strength must be in [0, 1], got {}", where,
+                          args.smoothing_strength);
+    } else if (key == "center") {
+      if (!value.is_boolean())
+        fail<ConfigError>("{}: center: Input should be a valid boolean", where);
+      args.center = value.get<bool>();
+    } else {
+      fail<ConfigError>(
+          "{}: {}: Extra inputs are not permitted (KeySmoothingModifier takes "
+          "smoothing_strength and center)",
+          where, key);
+    }
+  }
+  return args;
+}
+
 }  // namespace
 
 Json yaml_to_json(std::string_view text, std::string_view source_name) {
@@ -248,6 +275,7 @@ QuantizationConfig resolve_recipe(const Json& root, std::string_view source_name
     fail<FormatError>("{}: could not parse recipe: expected a mapping of stages", source_name);
   std::optional<QuantizationConfig> result;
   std::optional<Json> spinquant;
+  std::optional<KeySmoothingArgs> key_smoothing;
   for (const auto& [stage_key, stage] : root.items()) {
     if (!stage_key.ends_with("_stage") || !stage.is_object()) continue;
     for (const auto& [group_key, group] : stage.items()) {
@@ -265,23 +293,32 @@ QuantizationConfig resolve_recipe(const Json& root, std::string_view source_name
           spinquant = mod_args.is_null() ? Json::object() : mod_args;
           continue;
         }
+        if (mod_type == "KeySmoothingModifier") {
+          if (key_smoothing) fail<NotSupported>("{}: more than one KeySmoothingModifier", where);
+          if (result)
+            fail<NotSupported>("{}: KeySmoothingModifier must come before QuantizationModifier",
+                               where);
+          key_smoothing = parse_key_smoothing(mod_args, where);
+          continue;
+        }
         if (mod_type != "QuantizationModifier")
           fail<NotSupported>(
-              "{}: modifier type {} is not supported (kvq implements QuantizationModifier and "
-              "SpinQuantModifier)",
+              "{}: modifier type {} is not supported (kvq implements QuantizationModifier, "
+              "SpinQuantModifier and its own KeySmoothingModifier)",
               where, mod_type);
         if (result) fail<NotSupported>("{}: more than one QuantizationModifier in a recipe", where);
         result = resolve_quantization_modifier(mod_args, where);
       }
     }
   }
-  if (!result && !spinquant)
+  if (!result && !spinquant && !key_smoothing)
     fail<ConfigError>(
         "{}: the recipe has no QuantizationModifier (expected "
         "<name>_stage: {{<name>_modifiers: {{QuantizationModifier: ...}}}})",
         source_name);
   if (!result) result.emplace();  // rotations only: nothing quantized by the recipe itself
   result->spinquant = std::move(spinquant);
+  result->key_smoothing = key_smoothing;
   return *result;
 }
 

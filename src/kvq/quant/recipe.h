@@ -9,7 +9,9 @@
 // (`extra="forbid"`). Observer defaults are filled like `_apply_observer_overrides`: weights
 // "memoryless_minmax", inputs/outputs "minmax" (None for dynamic=True), unless set explicitly;
 // kv_cache_scheme is left as written (llm-compressor then defaults its q/k/v observers to
-// "minmax").
+// "minmax"). Before it, at most one SpinQuantModifier (rotations, QuantizationConfig::spinquant)
+// and at most one KeySmoothingModifier (kvq's own: {smoothing_strength, center},
+// QuantizationConfig::key_smoothing, lifecycle/key_smoothing.h); a recipe may hold those alone.
 #pragma once
 
 #include <filesystem>
