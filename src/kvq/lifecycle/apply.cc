@@ -396,10 +396,10 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::CausalLM
         "quantization config: config groups select no attention module (targets {} match only "
         "modules kvq does not quantize, or attention modules only broadly, e.g. through a parent)",
         fmt::join(targets, ", "));
-  if (lc->states_.empty() && lc->config_.transforms.empty())
+  if (lc->states_.empty() && lc->config_.transforms.empty() && !lc->key_smoothing_)
     fail<ConfigError>(
-        "quantization config selects nothing to quantize (no kv_cache_scheme, no config groups "
-        "and no transforms)");
+        "quantization config selects nothing to quantize (no kv_cache_scheme, no config groups, "
+        "no transforms and no key smoothing)");
 
   // Keep named_modules order (kv pass and group pass both walk it, but groups may add states).
   std::vector<model::Module*> order = model.named_modules();
