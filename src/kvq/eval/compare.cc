@@ -22,6 +22,7 @@
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/stats.h"
 #include "kvq/io/atomic_write.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/lifecycle/apply.h"
 #include "kvq/lifecycle/calibrate.h"
@@ -52,7 +53,7 @@ std::optional<Json> read_cache_json(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(p, ec)) return std::nullopt;
   try {
-    return Json::parse(io::read_file(p));
+    return io::read_json_file(p);
   } catch (const std::exception& e) {
     log::warn("ignoring unreadable cache file {}: {}", p.string(), e.what());
     return std::nullopt;

@@ -1,7 +1,7 @@
 #include "kvq/model/convert_gguf.h"
 
+#include <algorithm>
 #include <cstring>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -166,14 +166,25 @@ void check_out_dir(const fs::path& out_dir, bool force) {
 }  // namespace
 
 std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name) {
-  static const std::regex kLayer(R"(blk\.(\d+)\.(\w+)\.(weight|bias))");
   const std::string name(gguf_name);
   if (name == "token_embd.weight") return "model.embed_tokens.weight";
   if (name == "output_norm.weight") return "model.norm.weight";
   if (name == "output.weight") return "lm_head.weight";
-  std::smatch m;
-  if (!std::regex_match(name, m, kLayer)) return std::nullopt;
-  const std::string part = m[2].str();
+  // blk.<digits>.<word>.(weight|bias), split by hand: std::regex recurses per character, and
+  // the name comes from the file.
+  constexpr std::string_view kBlock = "blk.";
+  if (!gguf_name.starts_with(kBlock)) return std::nullopt;
+  const std::string_view rest = gguf_name.substr(kBlock.size());
+  const std::size_t dot1 = rest.find('.');
+  const std::size_t dot2 = dot1 == std::string_view::npos ? dot1 : rest.find('.', dot1 + 1);
+  if (dot2 == std::string_view::npos) return std::nullopt;
+  const std::string_view layer = rest.substr(0, dot1);
+  const std::string part(rest.substr(dot1 + 1, dot2 - dot1 - 1));
+  const std::string_view kind = rest.substr(dot2 + 1);
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (layer.empty() || !std::all_of(layer.begin(), layer.end(), is_digit) ||
+      (kind != "weight" && kind != "bias"))
+    return std::nullopt;
   std::string hf;
   if (part == "attn_norm")
     hf = "input_layernorm";
@@ -195,7 +206,7 @@ std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name) {
     hf = "mlp.down_proj";
   else
     return std::nullopt;
-  return fmt::format("model.layers.{}.{}.{}", m[1].str(), hf, m[3].str());
+  return fmt::format("model.layers.{}.{}.{}", layer, hf, kind);
 }
 
 void unpermute_rope_rows(float* data, std::int64_t n_head, std::int64_t head_dim,

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "kvq/core/error.h"
+#include "kvq/core/strings.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/tokenizer/bpe.h"
 #include "kvq/tokenizer/byte_level.h"
@@ -17,51 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-json parse_json(const std::filesystem::path& path) {
-  std::string text = io::read_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail<FormatError>("{}: invalid JSON: {}", path.string(), e.what());
-  }
-}
-
-// Byte offset of the first invalid UTF-8 sequence in `s`, or npos.
-size_t find_invalid_utf8(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    auto c = static_cast<uint8_t>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    for (size_t k = 1; k < len; ++k) {
-      auto cc = static_cast<uint8_t>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are invalid.
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
-      return i;
-    }
-    i += len;
-  }
-  return std::string_view::npos;
-}
+json parse_json(const std::filesystem::path& path) { return io::read_json_file(path); }
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
