@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/lifecycle/calibrate.h"
@@ -117,9 +118,10 @@ void run_oneshot(const OneshotArgs& a) {
     lifecycle::write_calibration_heatmap_png(result, png);
   };
   if (!a.output.empty()) {
-    lifecycle::save_pretrained(*lc, a.model, a.output, [&](const fs::path& dir) {
-      write_report(dir / kReportJson, dir / kReportPng);
-    });
+    lifecycle::save_pretrained(
+        *lc, a.model, a.output,
+        [&](const fs::path& dir) { write_report(dir / kReportJson, dir / kReportPng); },
+        a.overwrite);
     std::printf("saved: %s (report: %s, %s, %s)\n", a.output.c_str(), kReportJson, kReportPng,
                 fs::path(kReportPng).replace_extension(".svg").c_str());
   }
@@ -153,8 +155,10 @@ void register_oneshot(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--num-calibration-samples", a->num_samples, "Samples to calibrate on")
+      ->check(count_in(1))
       ->capture_default_str();
   cmd->add_option("--max-seq-length", a->max_seq_length, "Tokens per sample (truncate / window)")
+      ->check(tokens_in(1))
       ->capture_default_str();
   cmd->add_option("--shuffle-seed", a->shuffle_seed, "Shuffle the samples with this seed first");
   cmd->add_option("--output", a->output,

@@ -221,6 +221,12 @@ Evaluator::Evaluator(EvalOptions options)
   plan_windows(2, o.ctx, o.ctx, o.max_windows);  // option checks before loading anything
   if (o.gsm8k_limit < 0) fail<InvalidArgument>("--gsm8k-limit must be >= 0");
   if (o.calib_samples < 1) fail<InvalidArgument>("--calib-samples must be >= 1");
+  if (o.decode_steps < 0)
+    fail<InvalidArgument>("--decode-steps must be >= 0, got {}", o.decode_steps);
+  if (o.decode_steps > 0 && o.decode_context < 1)
+    fail<InvalidArgument>("--decode-context must be >= 1, got {}", o.decode_context);
+  if (o.gsm8k_limit > 0 && (o.gsm8k_batch < 1 || o.gsm8k_batch > 8))
+    fail<InvalidArgument>("--gsm8k-batch must be in [1, 8], got {}", o.gsm8k_batch);
   std::string text;  // read before the model is loaded: a bad --text fails fast
   if (o.ppl_kld) text = io::read_file(text_path(o), "the --text file");
   if (o.gsm8k_limit > 0 || o.calib_samples > 0) gsm8k_dir(o.data_dir);

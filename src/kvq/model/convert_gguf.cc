@@ -284,7 +284,8 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
   }
   result.num_tensors = static_cast<std::int64_t>(plan.size());
 
-  io::AtomicDirectory dir(out_dir);
+  io::AtomicDirectory dir(
+      out_dir, options.force ? io::ExistingDirectory::kReplace : io::ExistingDirectory::kRefuse);
   io::write_file_atomic(dir.path() / "config.json", io::dump_json(model_config_to_json(config)));
   io::write_file_atomic(dir.path() / "generation_config.json",
                         io::dump_json(gguf_generation_config_json(g)));
