@@ -49,11 +49,10 @@ void check_depth(std::string_view text, std::string_view source_name) {
 }
 
 template <class J>
-J parse(std::string_view text, std::string_view source_name,
-        const typename J::parser_callback_t& callback) {
+J parse(std::string_view text, std::string_view source_name) {
   check_depth(text, source_name);
   try {
-    return J::parse(text.begin(), text.end(), callback);
+    return J::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& e) {
     // nlohmann reports a byte offset (1-based, pointing just past the bad token); turn it into
     // line and column, and keep only its description.
@@ -77,13 +76,40 @@ J parse(std::string_view text, std::string_view source_name,
 
 }  // namespace
 
-nlohmann::json parse_json(std::string_view text, std::string_view source_name,
-                          const nlohmann::json::parser_callback_t& callback) {
-  return parse<nlohmann::json>(text, source_name, callback);
+nlohmann::json parse_json(std::string_view text, std::string_view source_name) {
+  return parse<nlohmann::json>(text, source_name);
 }
 
 nlohmann::ordered_json parse_ordered_json(std::string_view text, std::string_view source_name) {
-  return parse<nlohmann::ordered_json>(text, source_name, nullptr);
+  return parse<nlohmann::ordered_json>(text, source_name);
+}
+
+std::vector<std::string> json_top_level_keys(std::string_view text) {
+  // Records the keys met at depth 1; every other event is accepted and ignored.
+  struct TopKeys : nlohmann::json_sax<nlohmann::json> {
+    std::vector<std::string> keys;
+    int depth = 0;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return ++depth, true; }
+    bool end_object() override { return --depth, true; }
+    bool start_array(std::size_t) override { return ++depth, true; }
+    bool end_array() override { return --depth, true; }
+    bool key(string_t& k) override {
+      if (depth == 1) keys.push_back(k);
+      return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+      return false;
+    }
+  } sax;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
+  return std::move(sax.keys);
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {

@@ -137,26 +137,15 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
     fail<FormatError>("{}: header is not valid UTF-8 (byte {} of the header)", file, bad);
   }
 
-  // The callback records the top-level keys in header order (a plain parse sorts them; an
-  // ordered_json would, but its key insertion is linear: quadratic for 100,000 tensors) and
-  // catches duplicates, which a plain parse would silently merge.
-  std::set<std::string> seen;
-  std::vector<std::string> keys;  // header order
-  std::string duplicate;
-  const auto on_event = [&](int depth, nlohmann::json::parse_event_t event,
-                            nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-      if (seen.insert(parsed.get<std::string>()).second) {
-        keys.push_back(parsed.get<std::string>());
-      } else if (duplicate.empty()) {
-        duplicate = parsed.get<std::string>();
-      }
-    }
-    return true;
-  };
-  const nlohmann::json j = parse_json(header, file + ": header", on_event);
+  // A plain parse sorts the keys (an ordered_json keeps them, but its key insertion is linear:
+  // quadratic for 100,000 tensors) and silently merges duplicates: the header order and the
+  // duplicates come from a second, SAX pass.
+  const nlohmann::json j = parse_json(header, file + ": header");
   if (!j.is_object()) fail<FormatError>("{}: header must be a JSON object", file);
-  if (!duplicate.empty()) fail<FormatError>("{}: header lists '{}' twice", file, duplicate);
+  const std::vector<std::string> keys = json_top_level_keys(header);  // header order
+  std::set<std::string_view> seen;
+  for (const std::string& key : keys)
+    if (!seen.insert(key).second) fail<FormatError>("{}: header lists '{}' twice", file, key);
 
   for (const std::string& key : keys) {
     const nlohmann::json& value = j.at(key);

@@ -124,12 +124,20 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
           "{}: pre_tokenizer has no ByteLevel step; supported: BPE (byte-level) tokenizers", where);
     }
 
+    // Ids index tables sized by the largest one: an id of 2^31 - 1 would allocate gigabytes.
+    constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;  // 64x the largest vocabularies
+    const auto token_id = [&](const json& id, std::string_view token) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 ||
+          id.get<std::int64_t>() >= kMaxTokenId)
+        fail<FormatError>("{}: token '{}' has id {}, outside [0, {})", where, token, id.dump(),
+                          kMaxTokenId);
+      return static_cast<int32_t>(id.get<std::int64_t>());
+    };
     std::unordered_map<std::string, int32_t> vocab;
     vocab.reserve(model.at("vocab").size());
     int32_t max_id = -1;
     for (const auto& [token, id] : model.at("vocab").items()) {
-      auto i = id.get<int32_t>();
-      if (i < 0) fail<FormatError>("{}: negative id {} for token '{}'", where, i, token);
+      const int32_t i = token_id(id, token);
       vocab.emplace(token, i);
       max_id = std::max(max_id, i);
     }
@@ -150,9 +158,12 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
 
     std::vector<AddedToken> added;
     for (const json& a : j.value("added_tokens", json::array())) {
-      AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(),
-                   a.value("special", false),          a.value("lstrip", false),
-                   a.value("rstrip", false),           a.value("single_word", false)};
+      AddedToken t{a.at("content").get<std::string>(),
+                   token_id(a.at("id"), a.at("content").get<std::string>()),
+                   a.value("special", false),
+                   a.value("lstrip", false),
+                   a.value("rstrip", false),
+                   a.value("single_word", false)};
       if (t.content.empty() || t.id < 0) {
         fail<FormatError>("{}: added token with empty content or negative id", where);
       }
