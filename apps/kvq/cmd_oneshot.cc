@@ -14,6 +14,7 @@
 #include "flag_limits.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/io/atomic_write.h"
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/lifecycle/dataset.h"
@@ -51,18 +52,10 @@ void check_outputs(const OneshotArgs& a) {
   std::error_code ec;
   for (fs::directory_iterator it(a.model, ec), end; !ec && it != end; it.increment(ec))
     inputs.emplace_back(it->path(), "a file of --model");
-  if (!a.output.empty()) {
-    // --overwrite replaces the whole --output directory: it must not hold any input.
-    fs::path out = fs::weakly_canonical(a.output, ec);
-    if (out.filename().empty()) out = out.parent_path();  // "dir/"
-    for (const auto& [in, what] : inputs) {
-      const fs::path path = fs::weakly_canonical(in, ec);
-      const auto [o, p] = std::mismatch(out.begin(), out.end(), path.begin(), path.end());
-      if (same_path(a.output, in) || o == out.end())
-        fail<InvalidArgument>("--output {} would replace {} ({}); write the checkpoint elsewhere",
-                              a.output, what, in.string());
-    }
-  }
+  // --overwrite replaces the whole --output directory: it must not be or hold any input.
+  if (!a.output.empty())
+    for (const auto& [in, what] : inputs)
+      io::refuse_output_over_input(a.output, "--output", in, what);
   if (a.report.empty()) return;
   const fs::path json(a.report);
   const std::string ext = json.extension().string();

@@ -506,8 +506,15 @@ CompareResult run_compare(const CompareOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   CompareOptions o = options;
   if (o.eval.cache_dir.empty()) o.eval.cache_dir = o.out_dir / "cache";
+  // What compare writes under --out must not be the --text it reads.
+  if (!o.eval.text.empty()) {
+    for (const char* name :
+         {"results.json", "results.md", "kld_vs_bits.png", "kld_vs_bits.svg", "rows"})
+      io::refuse_output_over_input(o.out_dir / name, "--out", o.eval.text, "--text");
+    io::refuse_output_over_input(o.eval.cache_dir, "--out", o.eval.text, "--text");
+  }
+  Evaluator ev(o.eval);  // checks the options and loads the model: nothing is written before
   fs::create_directories(o.out_dir);
-  Evaluator ev(o.eval);
   CompareResult res;
   res.meta.model = o.eval.model_dir.filename().string();
   res.meta.ctx = o.eval.ctx;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -266,6 +267,23 @@ void AtomicDirectory::commit() {
   in_flight().paths.erase(temp_dir_);
   committed_ = true;
   fsync_dir(parent_or_dot(final_dir_));
+}
+
+void refuse_output_over_input(const fs::path& output, std::string_view output_flag,
+                              const fs::path& input, std::string_view input_flag) {
+  std::error_code ec;
+  fs::path out = fs::weakly_canonical(output, ec);
+  if (out.filename().empty()) out = out.parent_path();  // "dir/"
+  const fs::path in = fs::weakly_canonical(input, ec);
+  if (fs::equivalent(output, input, ec) && !ec) {
+    fail<InvalidArgument>("{} {} would {} {} ({}): write it elsewhere", output_flag,
+                          output.string(), fs::is_directory(output) ? "replace" : "overwrite",
+                          input_flag, input.string());
+  }
+  const auto [o, i] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
+  if (o == out.end() && i != in.end())
+    fail<InvalidArgument>("{} {} would replace {} ({}) inside it: write it elsewhere", output_flag,
+                          output.string(), input_flag, input.string());
 }
 
 void install_interrupt_cleanup() {

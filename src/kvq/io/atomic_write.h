@@ -73,6 +73,12 @@ class AtomicDirectory {
   bool committed_ = false;
 };
 
+// InvalidArgument, before any work, when writing `output` — a file, or a directory kvq replaces
+// whole (--overwrite, --force) — would overwrite `input` (the same file) or remove it (a directory
+// holding it): "<output_flag> OUT would replace <input_flag> (IN)". Links and ".." are resolved.
+void refuse_output_over_input(const std::filesystem::path& output, std::string_view output_flag,
+                              const std::filesystem::path& input, std::string_view input_flag);
+
 // Call once at the start of main(), before any thread starts: blocks SIGINT, SIGTERM and SIGHUP
 // in every thread and starts one that waits for them, removes the temporaries in flight, prints
 // what it removed and exits with 128 + the signal number.

@@ -247,6 +247,7 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
     fail<InvalidArgument>("convert: --dtype must be float32 or bfloat16, got {}",
                           dtype_torch_name(options.dtype));
   }
+  io::refuse_output_over_input(out_dir, "OUT_DIR", gguf_path, "the input MODEL");
   check_out_dir(out_dir, options.force);
   const io::GgufFile g = io::GgufFile::open(gguf_path);
   const ModelConfig config = llama_config(g, options.dtype);
