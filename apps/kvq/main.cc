@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
       "  kvq inspect out/                     config, tensors, quantization_config\n",
       "kvq"};
   app.require_subcommand(1);
+  // Flag errors read like every other error ("error: --ctx: Value ... not in range ...").
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    return "error: " + CLI::FailureMessage::simple(failed, e);
+  });
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   int threads = 0;
   bool verbose = false;

@@ -274,16 +274,21 @@ void refuse_output_over_input(const fs::path& output, std::string_view output_fl
   std::error_code ec;
   fs::path out = fs::weakly_canonical(output, ec);
   if (out.filename().empty()) out = out.parent_path();  // "dir/"
-  const fs::path in = fs::weakly_canonical(input, ec);
   if (fs::equivalent(output, input, ec) && !ec) {
     fail<InvalidArgument>("{} {} would {} {} ({}): write it elsewhere", output_flag,
                           output.string(), fs::is_directory(output) ? "replace" : "overwrite",
                           input_flag, input.string());
   }
-  const auto [o, i] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
-  if (o == out.end() && i != in.end())
-    fail<InvalidArgument>("{} {} would replace {} ({}) inside it: write it elsewhere", output_flag,
-                          output.string(), input_flag, input.string());
+  // The input as reached (a link inside OUT goes with OUT) and as resolved (its target).
+  const fs::path as_named =
+      fs::weakly_canonical(input.parent_path().empty() ? fs::path(".") : input.parent_path(), ec) /
+      input.filename();
+  for (const fs::path& in : {as_named, fs::weakly_canonical(input, ec)}) {
+    const auto [o, i] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
+    if (o == out.end() && i != in.end())
+      fail<InvalidArgument>("{} {} would replace {} ({}) inside it: write it elsewhere",
+                            output_flag, output.string(), input_flag, input.string());
+  }
 }
 
 void install_interrupt_cleanup() {
