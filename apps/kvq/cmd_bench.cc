@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
@@ -71,16 +72,21 @@ void register_bench(CLI::App& app) {
       "  kvq bench --model M-kv-fp8-head --kv-cache auto,fake");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--prefill", a->options.prefill_tokens, "Prompt length for the prefill timing")
+      ->check(tokens_in(1))
       ->capture_default_str();
   cmd->add_option("--contexts", a->options.contexts, "Decode contexts, comma-separated")
       ->delimiter(',')
+      ->check(tokens_in(1))
       ->capture_default_str();
   cmd->add_option("--threads", a->options.threads, "Thread counts, comma-separated")
       ->delimiter(',')
+      ->check(CLI::Range(1, kMaxThreads))
       ->capture_default_str();
   cmd->add_option("--repeats", a->options.repeats, "Timed repeats of every measurement")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_option("--decode-steps", a->options.decode_steps, "Decode steps timed per repeat")
+      ->check(count_in(1))
       ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_caches, runtime::kv_cache_flag_help(true))
       ->delimiter(',')

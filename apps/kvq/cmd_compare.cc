@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/compare.h"
 #include "kvq/model/causal_lm.h"
@@ -48,20 +49,28 @@ void register_compare(CLI::App& app) {
   cmd->add_option("--schemes", a->schemes,
                   "Comma-separated schemes (default: " + names + "; also " + extra + ")");
   cmd->add_option("--calib-samples", a->eval.calib_samples, "GSM8K train samples to calibrate on")
+      ->check(count_in(1))
       ->capture_default_str();
   add_text_options(cmd, a->eval);
-  cmd->add_option("--ctx", a->eval.ctx, "Text window length")->capture_default_str();
+  cmd->add_option("--ctx", a->eval.ctx, "Text window length")
+      ->check(tokens_in(2))
+      ->capture_default_str();
   cmd->add_option("--max-windows", a->eval.max_windows, "Text windows (0: all)")
+      ->check(count_in(0))
       ->capture_default_str();
   cmd->add_option("--gsm8k-limit", a->eval.gsm8k_limit, "GSM8K test questions (0: skip)")
+      ->check(count_in(0))
       ->capture_default_str();
   cmd->add_option("--gsm8k-batch", a->eval.gsm8k_batch,
                   "GSM8K questions decoded together (up to 8: answers bit-identical to one at a "
                   "time, each weight read once per step for all)")
+      ->check(CLI::Range(1, 8))
       ->capture_default_str();
   cmd->add_option("--decode-context", a->eval.decode_context, "Cached tokens when timing decode")
+      ->check(tokens_in(1))
       ->capture_default_str();
   cmd->add_option("--decode-steps", a->eval.decode_steps, "Decode steps timed (0: skip)")
+      ->check(count_in(0))
       ->capture_default_str();
   cmd->add_option("--out", a->out,
                   "Output directory (results.json, plot, cache; the last one given counts, so a "

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/error.h"
 #include "kvq/eval/compare.h"
 #include "kvq/io/read_file.h"
@@ -132,13 +133,21 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--task", a->task, "wikitext2 (PPL on --text) | kld | gsm8k")
       ->capture_default_str();
   add_text_options(cmd, a->eval);
-  cmd->add_option("--ctx", a->eval.ctx, "Window length")->capture_default_str();
-  cmd->add_option("--max-windows", a->eval.max_windows, "Windows (0: all)")->capture_default_str();
-  cmd->add_option("--limit", a->limit, "GSM8K questions (0: all)")->capture_default_str();
+  cmd->add_option("--ctx", a->eval.ctx, "Window length")
+      ->check(tokens_in(2))
+      ->capture_default_str();
+  cmd->add_option("--max-windows", a->eval.max_windows, "Windows (0: all)")
+      ->check(count_in(0))
+      ->capture_default_str();
+  cmd->add_option("--limit", a->limit, "GSM8K questions (0: all)")
+      ->check(count_in(0))
+      ->capture_default_str();
   cmd->add_option("--batch", a->eval.gsm8k_batch,
                   "GSM8K questions decoded together (up to 8: bit-identical to one at a time)")
+      ->check(CLI::Range(1, 8))
       ->capture_default_str();
   cmd->add_option("--calib-samples", a->eval.calib_samples, "Calibration samples")
+      ->check(count_in(1))
       ->capture_default_str();
   cmd->add_option_function<std::string>(
       "--weights", [a](const std::string& w) { a->eval.weights = model::parse_weight_dtype(w); },

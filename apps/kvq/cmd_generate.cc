@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/utf8_stream.h"
@@ -171,6 +172,7 @@ void register_generate(CLI::App& app) {
                 "prompt added); also stops at <|im_end|>");
   cmd->add_option("--system", a->system, "System message (with --chat)");
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "Most tokens to generate")
+      ->check(tokens_in(1))
       ->capture_default_str();
   cmd->add_option("--temperature", a->temperature, "Sampling temperature; 0 = greedy")
       ->capture_default_str();
@@ -180,6 +182,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--ctx", a->ctx,
                   "Context length (prompt + new tokens); 0 = max_position_embeddings")
+      ->check(tokens_in(0))
       ->capture_default_str();
   cmd->add_flag("--truncate", a->truncate,
                 "Keep the last tokens of a prompt that does not fit the context instead of "

@@ -1,8 +1,9 @@
 // kvq inspect: config summary, every tensor, and quantization_config of a GGUF file or a Hugging
 // Face directory. --json prints one object for scripts.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "kvq/core/error.h"
 #include "kvq/io/gguf.h"
 #include "kvq/io/json_file.h"
+#include "kvq/io/read_file.h"
 #include "kvq/io/safetensors.h"
 #include "kvq/model/convert_gguf.h"
 #include "kvq/model/model_config.h"
@@ -177,10 +179,9 @@ void print_text(const json& r, bool show_tensors) {
 }
 
 bool has_gguf_magic(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
+  const io::InputFile in = io::open_input_file(path);  // a FIFO or device: IoError, no hang
   char magic[4] = {};
-  in.read(magic, 4);
-  return in && std::string(magic, 4) == "GGUF";
+  return ::pread(in.fd(), magic, 4, 0) == 4 && std::string(magic, 4) == "GGUF";
 }
 
 }  // namespace

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/io/atomic_write.h"
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/lifecycle/dataset.h"
@@ -50,18 +52,10 @@ void check_outputs(const OneshotArgs& a) {
   std::error_code ec;
   for (fs::directory_iterator it(a.model, ec), end; !ec && it != end; it.increment(ec))
     inputs.emplace_back(it->path(), "a file of --model");
-  if (!a.output.empty()) {
-    // --overwrite replaces the whole --output directory: it must not hold any input.
-    fs::path out = fs::weakly_canonical(a.output, ec);
-    if (out.filename().empty()) out = out.parent_path();  // "dir/"
-    for (const auto& [in, what] : inputs) {
-      const fs::path path = fs::weakly_canonical(in, ec);
-      const auto [o, p] = std::mismatch(out.begin(), out.end(), path.begin(), path.end());
-      if (same_path(a.output, in) || o == out.end())
-        fail<InvalidArgument>("--output {} would replace {} ({}); write the checkpoint elsewhere",
-                              a.output, what, in.string());
-    }
-  }
+  // --overwrite replaces the whole --output directory: it must not be or hold any input.
+  if (!a.output.empty())
+    for (const auto& [in, what] : inputs)
+      io::refuse_output_over_input(a.output, "--output", in, what);
   if (a.report.empty()) return;
   const fs::path json(a.report);
   const std::string ext = json.extension().string();
@@ -122,9 +116,10 @@ void run_oneshot(const OneshotArgs& a) {
     lifecycle::write_calibration_heatmap_png(result, png);
   };
   if (!a.output.empty()) {
-    lifecycle::save_pretrained(*lc, a.model, a.output, [&](const fs::path& dir) {
-      write_report(dir / kReportJson, dir / kReportPng);
-    });
+    lifecycle::save_pretrained(
+        *lc, a.model, a.output,
+        [&](const fs::path& dir) { write_report(dir / kReportJson, dir / kReportPng); },
+        a.overwrite);
     std::printf("saved: %s (report: %s, %s, %s)\n", a.output.c_str(), kReportJson, kReportPng,
                 fs::path(kReportPng).replace_extension(".svg").c_str());
   }
@@ -158,8 +153,10 @@ void register_oneshot(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--num-calibration-samples", a->num_samples, "Samples to calibrate on")
+      ->check(count_in(1))
       ->capture_default_str();
   cmd->add_option("--max-seq-length", a->max_seq_length, "Tokens per sample (truncate / window)")
+      ->check(tokens_in(1))
       ->capture_default_str();
   cmd->add_option("--shuffle-seed", a->shuffle_seed, "Shuffle the samples with this seed first");
   cmd->add_option("--output", a->output,

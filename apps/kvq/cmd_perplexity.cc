@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/perplexity.h"
@@ -126,17 +127,23 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--text", a->text_file, "UTF-8 text file (e.g. wikitext-2-raw wiki.test.raw)")
       ->required();
-  cmd->add_option("--ctx", a->ctx, "Window length in tokens")->capture_default_str();
+  cmd->add_option("--ctx", a->ctx, "Window length in tokens")
+      ->check(tokens_in(2))
+      ->capture_default_str();
   cmd->add_option("--stride", a->stride, "Window start step in tokens (0 = ctx)")
+      ->check(tokens_in(0))
       ->capture_default_str();
   cmd->add_option("--max-windows", a->max_windows, "Evaluate only the first N windows (0 = all)")
+      ->check(count_in(0))
       ->capture_default_str();
   cmd->add_option("--batch", a->batch, "Windows of equal length evaluated per forward")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--decode-from", a->decode_from,
                   "Teacher-forced decode: each window's first N tokens in one prefill, the rest\n"
                   "one token at a time through the decode path (slow; measures decode-only\n"
                   "options such as --kv-cache int8:head+q8). 0 = the whole window in one prefill")
+      ->check(tokens_in(0))
       ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_cache, runtime::kv_cache_flag_help(false))
       ->capture_default_str();

@@ -5,11 +5,15 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "flag_limits.h"
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/core/threading.h"
+#include "kvq/io/atomic_write.h"
 
 int main(int argc, char** argv) {
+  // First, before any thread exists: SIGINT / SIGTERM remove unfinished outputs, exit 128 + sig.
+  kvq::io::install_interrupt_cleanup();
   CLI::App app{
       "kvq — quantize the attention and KV cache of LLMs (compressed-tensors compatible)\n\n"
       "Typical flow:\n"
@@ -17,11 +21,16 @@ int main(int argc, char** argv) {
       "  kvq inspect out/                     config, tensors, quantization_config\n",
       "kvq"};
   app.require_subcommand(1);
+  // Flag errors read like every other error ("error: --ctx: Value ... not in range ...").
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    return "error: " + CLI::FailureMessage::simple(failed, e);
+  });
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   int threads = 0;
   bool verbose = false;
   bool quiet = false;
-  app.add_option("--threads", threads, "Threads for kernels and BLAS (default: all cores)");
+  app.add_option("--threads", threads, "Threads for kernels and BLAS (default: all cores)")
+      ->check(CLI::Range(0, kvq::cli::kMaxThreads));
   app.add_flag("-v,--verbose", verbose, "Print debug messages");
   app.add_flag("-q,--quiet", quiet, "Only print warnings and errors");
   app.parse_complete_callback([&] {
@@ -45,6 +54,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const kvq::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "error: out of memory (a context, prompt or batch too large for this machine?)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: unexpected failure: %s\n", e.what());

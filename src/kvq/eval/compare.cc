@@ -22,6 +22,7 @@
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/stats.h"
 #include "kvq/io/atomic_write.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/lifecycle/apply.h"
 #include "kvq/lifecycle/calibrate.h"
@@ -52,7 +53,7 @@ std::optional<Json> read_cache_json(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(p, ec)) return std::nullopt;
   try {
-    return Json::parse(io::read_file(p));
+    return io::read_json_file(p);
   } catch (const std::exception& e) {
     log::warn("ignoring unreadable cache file {}: {}", p.string(), e.what());
     return std::nullopt;
@@ -227,6 +228,12 @@ Evaluator::Evaluator(EvalOptions options)
   plan_windows(2, o.ctx, o.ctx, o.max_windows);  // option checks before loading anything
   if (o.gsm8k_limit < 0) fail<InvalidArgument>("--gsm8k-limit must be >= 0");
   if (o.calib_samples < 1) fail<InvalidArgument>("--calib-samples must be >= 1");
+  if (o.decode_steps < 0)
+    fail<InvalidArgument>("--decode-steps must be >= 0, got {}", o.decode_steps);
+  if (o.decode_steps > 0 && o.decode_context < 1)
+    fail<InvalidArgument>("--decode-context must be >= 1, got {}", o.decode_context);
+  if (o.gsm8k_limit > 0 && (o.gsm8k_batch < 1 || o.gsm8k_batch > 8))
+    fail<InvalidArgument>("--gsm8k-batch must be in [1, 8], got {}", o.gsm8k_batch);
   std::string text;  // read before the model is loaded: a bad --text fails fast
   if (o.ppl_kld) text = io::read_file(text_path(o), "the --text file");
   if (o.gsm8k_limit > 0 || o.calib_samples > 0) gsm8k_dir(o.data_dir);
@@ -517,8 +524,15 @@ CompareResult run_compare(const CompareOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   CompareOptions o = options;
   if (o.eval.cache_dir.empty()) o.eval.cache_dir = o.out_dir / "cache";
+  // What compare writes under --out must not be the --text it reads.
+  if (!o.eval.text.empty()) {
+    for (const char* name :
+         {"results.json", "results.md", "kld_vs_bits.png", "kld_vs_bits.svg", "rows"})
+      io::refuse_output_over_input(o.out_dir / name, "--out", o.eval.text, "--text");
+    io::refuse_output_over_input(o.eval.cache_dir, "--out", o.eval.text, "--text");
+  }
+  Evaluator ev(o.eval);  // checks the options and loads the model: nothing is written before
   fs::create_directories(o.out_dir);
-  Evaluator ev(o.eval);
   CompareResult res;
   res.meta.model = o.eval.model_dir.filename().string();
   res.meta.ctx = o.eval.ctx;

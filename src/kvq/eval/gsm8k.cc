@@ -14,6 +14,7 @@
 #include "kvq/core/progress.h"
 #include "kvq/eval/logits_cache.h"
 #include "kvq/eval/py_random.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/jsonl_journal.h"
 #include "kvq/model/causal_lm.h"
 #include "kvq/runtime/generator.h"
@@ -36,12 +37,7 @@ std::vector<Gsm8kExample> load_gsm8k(const std::filesystem::path& jsonl) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail<FormatError>("{}:{}: invalid JSON: {}", jsonl.string(), line_no, e.what());
-    }
+    const nlohmann::json j = io::parse_json(line, fmt::format("{}:{}", jsonl.string(), line_no));
     Gsm8kExample ex;
     for (const char* field : {"question", "answer"}) {
       if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {

@@ -12,6 +12,8 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/io/json_file.h"
+#include "kvq/io/read_file.h"
 
 namespace kvq::eval {
 namespace {
@@ -35,7 +37,7 @@ std::string header_json(const LogitsCacheHeader& h) {
 
 LogitsCacheHeader parse_header(const std::string& text, const std::filesystem::path& path) {
   try {
-    const auto j = nlohmann::json::parse(text);
+    const auto j = io::parse_json(text, path.string());
     LogitsCacheHeader h;
     h.model_hash = std::stoull(j.at("model_hash").get<std::string>(), nullptr, 16);
     h.tokens_hash = std::stoull(j.at("tokens_hash").get<std::string>(), nullptr, 16);
@@ -147,8 +149,7 @@ std::uint64_t model_fingerprint(const std::filesystem::path& model) {
     id += f.filename().string() + " " + std::to_string(fs::file_size(f)) + "\n";
   };
   if (fs::is_directory(canon)) {
-    std::ifstream cfg(canon / "config.json", std::ios::binary);
-    id.append(std::istreambuf_iterator<char>(cfg), std::istreambuf_iterator<char>());
+    if (fs::exists(canon / "config.json")) id += io::read_file(canon / "config.json");
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(canon)) {
       const auto ext = e.path().extension();

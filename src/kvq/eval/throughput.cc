@@ -145,6 +145,12 @@ BenchReport run_bench(std::span<model::CausalLM* const> models, const BenchOptio
     if (t < 1) fail<InvalidArgument>("bench: thread counts must be >= 1, got {}", t);
   }
   const model::CausalLM& first = *models.front();
+  // Prefill attention is quadratic in its length: past the model's context a run takes minutes
+  // and measures nothing a user runs.
+  if (options.prefill_tokens > first.config().max_position_embeddings)
+    fail<InvalidArgument>(
+        "bench: --prefill {} is beyond the model's context (max_position_embeddings {})",
+        options.prefill_tokens, first.config().max_position_embeddings);
   const std::int64_t vocab = first.config().vocab_size;
   BenchReport rep;
   rep.model = std::move(model_name);

@@ -1,23 +1,34 @@
 #include "kvq/io/atomic_write.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include "kvq/core/error.h"
+#include "kvq/core/log.h"
 
 namespace kvq::io {
 namespace fs = std::filesystem;
 namespace {
 
-// A hidden sibling name unlikely to collide with a concurrent writer of the same target.
+constexpr std::string_view kTempFileTag = "tmp", kTempDirTag = "tmpdir", kOldDirTag = "kvq-old";
+
+// A hidden sibling name unlikely to collide with a concurrent writer of the same target; the pid
+// tells a later run whether its writer is still alive.
 fs::path temp_sibling(const fs::path& target, std::string_view tag) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   const fs::path name = target.filename();
@@ -27,6 +38,74 @@ fs::path temp_sibling(const fs::path& target, std::string_view tag) {
 
 fs::path parent_or_dot(const fs::path& p) {
   return p.parent_path().empty() ? fs::path(".") : p.parent_path();
+}
+
+// The temporaries this process is writing, for the interrupt handler. Process-wide by nature (a
+// signal is); never destroyed, since the handler thread may use it while the process exits.
+struct InFlight {
+  std::mutex mutex;  // also held across a commit's renames, so a signal sees before or after
+  std::set<fs::path> paths;
+};
+InFlight& in_flight() {
+  static InFlight* registry = new InFlight;
+  return *registry;
+}
+void track(const fs::path& p) {
+  std::lock_guard lock(in_flight().mutex);
+  in_flight().paths.insert(p);
+}
+void untrack(const fs::path& p) {
+  std::lock_guard lock(in_flight().mutex);
+  in_flight().paths.erase(p);
+}
+
+// Removes the temporaries of `target` that earlier runs left when they were killed (their pid is
+// gone); reports, but keeps, a moved-aside old directory, which may be the only copy of it.
+void clean_leftovers(const fs::path& target) {
+  std::string prefix = ".";  // appended: GCC 12 warns falsely on "." + std::string + "."
+  prefix.append(target.filename().string()).append(".");
+  std::error_code ec;
+  for (fs::directory_iterator it(parent_or_dot(target), ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string_view rest = std::string_view(name).substr(prefix.size());
+    std::string_view tag;
+    for (std::string_view t : {kOldDirTag, kTempDirTag, kTempFileTag}) {
+      if (rest.starts_with(t) && rest.size() > t.size() && rest[t.size()] == '-') {
+        tag = t;
+        break;
+      }
+    }
+    if (tag.empty()) continue;
+    const std::string_view digits =
+        rest.substr(tag.size() + 1, rest.find('-', tag.size() + 1) - tag.size() - 1);
+    long pid = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9' || pid > 1'000'000'000) {
+        pid = -1;
+        break;
+      }
+      pid = pid * 10 + (c - '0');
+    }
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // still running
+    if (tag == kOldDirTag) {
+      log::warn(
+          "{}: left by an interrupted kvq run (pid {}) while it replaced {}; it may hold the "
+          "previous output: check it and remove it yourself",
+          it->path().string(), pid, target.string());
+      continue;
+    }
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+    if (rm) {
+      log::warn("{}: left by an interrupted kvq run (pid {}); cannot remove it: {}",
+                it->path().string(), pid, rm.message());
+    } else {
+      log::warn("removed {}, left by an interrupted kvq run (pid {})", it->path().string(), pid);
+    }
+  }
 }
 
 // Makes a rename inside `dir` durable. Failure here is not fatal (some filesystems refuse).
@@ -42,8 +121,9 @@ void fsync_dir(const fs::path& dir) {
 
 AtomicFileWriter::AtomicFileWriter(const fs::path& path) : path_(path) {
   if (path_.filename().empty()) fail<IoError>("{}: not a file path", path_.string());
+  clean_leftovers(path_);
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
-    temp_path_ = temp_sibling(path_, "tmp");
+    temp_path_ = temp_sibling(path_, kTempFileTag);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno != EEXIST) break;
   }
@@ -51,11 +131,15 @@ AtomicFileWriter::AtomicFileWriter(const fs::path& path) : path_(path) {
     fail<IoError>("{}: cannot create temporary file in {}: {}", path_.string(),
                   parent_or_dot(path_).string(), std::strerror(errno));
   }
+  track(temp_path_);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
+  if (!committed_ && !temp_path_.empty()) {
+    ::unlink(temp_path_.c_str());
+    untrack(temp_path_);
+  }
 }
 
 void AtomicFileWriter::write(const void* data, std::size_t size) {
@@ -82,11 +166,15 @@ void AtomicFileWriter::commit() {
   if (::close(fd) != 0) {
     fail<IoError>("{}: close failed: {}", path_.string(), std::strerror(errno));
   }
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    fail<IoError>("{}: cannot rename temporary file into place: {}", path_.string(),
-                  std::strerror(errno));
+  {
+    std::lock_guard lock(in_flight().mutex);
+    if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+      fail<IoError>("{}: cannot rename temporary file into place: {}", path_.string(),
+                    std::strerror(errno));
+    }
+    in_flight().paths.erase(temp_path_);
+    committed_ = true;
   }
-  committed_ = true;
   fsync_dir(parent_or_dot(path_));
 }
 
@@ -96,7 +184,8 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
   writer.commit();
 }
 
-AtomicDirectory::AtomicDirectory(const fs::path& final_dir) : final_dir_(final_dir) {
+AtomicDirectory::AtomicDirectory(const fs::path& final_dir, ExistingDirectory existing)
+    : final_dir_(final_dir), existing_(existing) {
   // "out/" has an empty filename; strip it so the sibling lands next to "out".
   if (final_dir_.filename().empty()) final_dir_ = final_dir_.parent_path();
   if (final_dir_.empty() || final_dir_.filename() == "." || final_dir_.filename() == "..") {
@@ -110,10 +199,12 @@ AtomicDirectory::AtomicDirectory(const fs::path& final_dir) : final_dir_(final_d
   fs::create_directories(parent, ec);
   if (ec)
     fail<IoError>("{}: cannot create {}: {}", final_dir_.string(), parent.string(), ec.message());
+  clean_leftovers(final_dir_);
   for (int attempt = 0; attempt < 16; ++attempt) {
-    fs::path candidate = temp_sibling(final_dir_, "tmpdir");
+    fs::path candidate = temp_sibling(final_dir_, kTempDirTag);
     if (::mkdir(candidate.c_str(), 0755) == 0) {
       temp_dir_ = std::move(candidate);
+      track(temp_dir_);
       return;
     }
     if (errno != EEXIST) break;
@@ -126,17 +217,33 @@ AtomicDirectory::~AtomicDirectory() {
   if (!committed_ && !temp_dir_.empty()) {
     std::error_code ec;
     fs::remove_all(temp_dir_, ec);
+    untrack(temp_dir_);
   }
 }
 
 void AtomicDirectory::commit() {
   if (committed_) fail<IoError>("{}: commit called twice", final_dir_.string());
+  std::lock_guard lock(in_flight().mutex);  // an interrupt sees the state before or after
   std::error_code ec;
-  const bool replace = fs::exists(final_dir_, ec);
-  if (!replace) {
-    if (::rename(temp_dir_.c_str(), final_dir_.c_str()) != 0) {
+  if (existing_ == ExistingDirectory::kRefuse || !fs::exists(final_dir_, ec)) {
+    // rmdir removes only an empty directory; then rename-no-replace, so a directory that
+    // appeared meanwhile (another run's output) is never replaced.
+    ::rmdir(final_dir_.c_str());
+    int rc =
+        ::renameat2(AT_FDCWD, temp_dir_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && errno == EINVAL && !fs::exists(final_dir_, ec)) {
+      rc = ::rename(temp_dir_.c_str(), final_dir_.c_str());  // a filesystem without the flag
+    }
+    if (rc != 0) {
+      const int saved = errno;
+      const int err = fs::exists(final_dir_, ec) ? EEXIST : saved;
+      if (err == EEXIST || err == ENOTEMPTY)
+        fail<IoError>(
+            "{}: exists now (written by another run while this one worked?); left as it is, "
+            "this run's output discarded",
+            final_dir_.string());
       fail<IoError>("{}: cannot move output into place: {}", final_dir_.string(),
-                    std::strerror(errno));
+                    std::strerror(err));
     }
   } else {
     if (!fs::is_directory(final_dir_, ec)) {
@@ -144,7 +251,7 @@ void AtomicDirectory::commit() {
     }
     // Move the old directory aside, move the new one in, then delete the old one: at every
     // instant the target is either the complete old or the complete new directory.
-    const fs::path old = temp_sibling(final_dir_, "kvq-old");
+    const fs::path old = temp_sibling(final_dir_, kOldDirTag);
     if (::rename(final_dir_.c_str(), old.c_str()) != 0) {
       fail<IoError>("{}: cannot move the existing directory aside: {}", final_dir_.string(),
                     std::strerror(errno));
@@ -157,8 +264,56 @@ void AtomicDirectory::commit() {
     }
     fs::remove_all(old, ec);
   }
+  in_flight().paths.erase(temp_dir_);
   committed_ = true;
   fsync_dir(parent_or_dot(final_dir_));
+}
+
+void refuse_output_over_input(const fs::path& output, std::string_view output_flag,
+                              const fs::path& input, std::string_view input_flag) {
+  std::error_code ec;
+  fs::path out = fs::weakly_canonical(output, ec);
+  if (out.filename().empty()) out = out.parent_path();  // "dir/"
+  if (fs::equivalent(output, input, ec) && !ec) {
+    fail<InvalidArgument>("{} {} would {} {} ({}): write it elsewhere", output_flag,
+                          output.string(), fs::is_directory(output) ? "replace" : "overwrite",
+                          input_flag, input.string());
+  }
+  // The input as reached (a link inside OUT goes with OUT) and as resolved (its target).
+  const fs::path as_named =
+      fs::weakly_canonical(input.parent_path().empty() ? fs::path(".") : input.parent_path(), ec) /
+      input.filename();
+  for (const fs::path& in : {as_named, fs::weakly_canonical(input, ec)}) {
+    const auto [o, i] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
+    if (o == out.end() && i != in.end())
+      fail<InvalidArgument>("{} {} would replace {} ({}) inside it: write it elsewhere",
+                            output_flag, output.string(), input_flag, input.string());
+  }
+}
+
+void install_interrupt_cleanup() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&signals, sig);
+  // Blocked here, inherited by every thread started later (OpenMP's, BLAS's): only the waiter
+  // below receives them, in a normal thread where removing files is safe (a signal handler
+  // could not take the registry's lock or walk a directory).
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([signals] {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) return;
+    InFlight& f = in_flight();
+    f.mutex.lock();  // waits for a commit's renames; held until _exit
+    std::size_t removed = 0;
+    for (const fs::path& p : f.paths) {
+      std::error_code ec;
+      removed += fs::remove_all(p, ec) > 0 ? 1 : 0;
+    }
+    std::fprintf(
+        stderr, "kvq: interrupted (%s)%s\n", strsignal(sig),
+        removed > 0 ? fmt::format("; removed {} unfinished output(s)", removed).c_str() : "");
+    std::_Exit(128 + sig);
+  }).detach();
 }
 
 }  // namespace kvq::io

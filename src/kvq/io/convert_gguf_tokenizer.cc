@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kvq/core/error.h"
+#include "kvq/core/strings.h"
 
 namespace kvq::io {
 namespace {
@@ -39,6 +40,15 @@ json pre_tokenizer_for(const GgufFile& gguf) {
       gguf.source(), pre);
 }
 
+// tokenizer.json is JSON text, which holds UTF-8 only (byte-level BPE tokens always are): a
+// string that is not is refused by name here, not by the JSON writer later.
+void check_utf8(const GgufFile& gguf, std::string_view key, std::size_t index,
+                const std::string& s) {
+  if (const std::size_t bad = find_invalid_utf8(s); bad != std::string::npos)
+    fail<FormatError>("{}: {}: entry {} \"{}\" is not valid UTF-8 (byte {} of it)", gguf.source(),
+                      key, index, escape_bytes(s), bad);
+}
+
 struct Vocab {
   std::vector<std::string> tokens;
   std::vector<std::int64_t> types;  // empty when the GGUF has no token_type
@@ -54,6 +64,8 @@ Vocab read_vocab(const GgufFile& gguf) {
   }
   Vocab v;
   v.tokens = gguf.get_string_array("tokenizer.ggml.tokens");
+  for (std::size_t i = 0; i < v.tokens.size(); ++i)
+    check_utf8(gguf, "tokenizer.ggml.tokens", i, v.tokens[i]);
   if (gguf.has("tokenizer.ggml.token_type")) {
     v.types = gguf.get_int_array("tokenizer.ggml.token_type");
     if (v.types.size() != v.tokens.size()) {
@@ -96,7 +108,11 @@ json gguf_tokenizer_json(const GgufFile& gguf) {
   }
   json merges = json::array();
   if (gguf.has("tokenizer.ggml.merges")) {
-    for (auto& m : gguf.get_string_array("tokenizer.ggml.merges")) merges.push_back(std::move(m));
+    std::vector<std::string> all = gguf.get_string_array("tokenizer.ggml.merges");
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      check_utf8(gguf, "tokenizer.ggml.merges", i, all[i]);
+      merges.push_back(std::move(all[i]));
+    }
   }
 
   json added = json::array();
@@ -157,7 +173,10 @@ json gguf_tokenizer_config_json(const GgufFile& gguf) {
   set_token("eos_token", "tokenizer.ggml.eos_token_id");
   set_token("pad_token", "tokenizer.ggml.padding_token_id");
   set_token("unk_token", "tokenizer.ggml.unknown_token_id");
-  if (const auto tmpl = gguf.find_string("tokenizer.chat_template")) j["chat_template"] = *tmpl;
+  if (const auto tmpl = gguf.find_string("tokenizer.chat_template")) {
+    check_utf8(gguf, "tokenizer.chat_template", 0, *tmpl);
+    j["chat_template"] = *tmpl;
+  }
   const std::string arch = gguf.find_string("general.architecture").value_or("llama");
   if (const auto ctx = gguf.find_u32(arch + ".context_length")) j["model_max_length"] = *ctx;
   return j;

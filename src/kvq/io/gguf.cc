@@ -16,8 +16,13 @@ namespace {
 
 constexpr std::uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr std::uint64_t kDefaultAlignment = 32;
-constexpr int kMaxArrayDepth = 8;      // nested arrays deeper than this are surely corrupt
-constexpr std::uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
+constexpr int kMaxArrayDepth = 8;           // nested arrays deeper than this are surely corrupt
+constexpr std::uint32_t kMaxDims = 4;       // GGML_MAX_DIMS
+constexpr std::size_t kMaxTensorName = 64;  // GGML_MAX_NAME: llama.cpp refuses longer names too
+// Metadata values held in memory, all arrays together. A value costs ~100 bytes of RAM but may
+// take 1 byte of file, so the file size alone would let a 30 MB array cost 3 GB; real files hold
+// at most about a million (a 256k vocabulary's tokens, scores and types, and its merges).
+constexpr std::uint64_t kMaxMetadataValues = std::uint64_t{1} << 23;
 
 // Sequential little-endian reader over the file bytes; every read is bounds-checked.
 class Cursor {
@@ -112,7 +117,7 @@ GgufValueType read_value_type(Cursor& in, const std::string& source, std::string
 }
 
 GgufValue read_value(Cursor& in, GgufValueType type, const std::string& source,
-                     const std::string& key, int depth) {
+                     const std::string& key, int depth, std::uint64_t& values) {
   GgufValue v;
   v.type = type;
   switch (type) {
@@ -166,9 +171,16 @@ GgufValue read_value(Cursor& in, GgufValueType type, const std::string& source,
       v.array_type = read_value_type(in, source, key);
       const auto count = in.read<std::uint64_t>(fmt::format("array length of '{}'", key));
       in.check_count(count, min_value_bytes(v.array_type), fmt::format("array '{}'", key));
+      if (count > kMaxMetadataValues - values) {
+        fail<FormatError>(
+            "{}: GGUF metadata array '{}' has {} values: with the arrays before it more than {} "
+            "(kvq's limit)",
+            source, key, count, kMaxMetadataValues);
+      }
+      values += count;
       v.array.reserve(count);
       for (std::uint64_t i = 0; i < count; ++i) {
-        v.array.push_back(read_value(in, v.array_type, source, key, depth + 1));
+        v.array.push_back(read_value(in, v.array_type, source, key, depth + 1, values));
       }
       break;
     }
@@ -315,10 +327,11 @@ GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes, std::string source
   in.check_count(kv_count, 13, "metadata");
 
   f.metadata_.reserve(kv_count);
+  std::uint64_t values = 0;  // array elements read so far
   for (std::uint64_t i = 0; i < kv_count; ++i) {
     std::string key = in.read_string("a metadata key");
     const auto type = read_value_type(in, src, key);
-    GgufValue value = read_value(in, type, src, key, 0);
+    GgufValue value = read_value(in, type, src, key, 0, values);
     if (!f.key_index_.emplace(key, f.metadata_.size()).second) {
       fail<FormatError>("{}: corrupt GGUF file: duplicate metadata key '{}'", src, key);
     }
@@ -340,6 +353,10 @@ GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes, std::string source
   for (std::uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensorInfo t;
     t.name = in.read_string("a tensor name");
+    if (t.name.size() >= kMaxTensorName) {
+      fail<FormatError>("{}: tensor name '{}...' is {} bytes long (GGUF allows at most {})", src,
+                        t.name.substr(0, 40), t.name.size(), kMaxTensorName - 1);
+    }
     const auto n_dims = in.read<std::uint32_t>("the dimension count");
     if (n_dims > kMaxDims) {
       fail<FormatError>("{}: tensor '{}' has {} dimensions (at most {} supported)", src, t.name,

@@ -5,6 +5,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/io/json_file.h"
 
 namespace kvq::io {
 
@@ -16,12 +17,12 @@ std::vector<nlohmann::json> read_jsonl_journal(const std::filesystem::path& path
   while (in && std::getline(in, line)) {
     if (line.empty()) continue;
     try {
-      out.push_back(nlohmann::json::parse(line));
+      out.push_back(parse_json(line, path.string()));
       if (!out.back().is_object()) {
         out.pop_back();
         ++bad;
       }
-    } catch (const nlohmann::json::exception&) {
+    } catch (const FormatError&) {
       ++bad;  // a line cut short by an interruption: its unit runs again
     }
   }

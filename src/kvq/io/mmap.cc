@@ -1,44 +1,27 @@
 #include "kvq/io/mmap.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "kvq/core/error.h"
+#include "kvq/io/read_file.h"
 
 namespace kvq::io {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail<IoError>("{}: cannot open: {}", path.string(), std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail<IoError>("{}: cannot stat: {}", path.string(), std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail<IoError>("{}: not a regular file", path.string());
-  }
-  const auto size = static_cast<std::size_t>(st.st_size);
+  const InputFile file = open_input_file(path);  // a regular file, or IoError
+  const auto size = static_cast<std::size_t>(file.size());
   const std::uint8_t* data = nullptr;
   if (size > 0) {
     // MAP_PRIVATE + PROT_READ: nothing is read until a page is touched.
-    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      fail<IoError>("{}: cannot mmap {} bytes: {}", path.string(), size, std::strerror(err));
-    }
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+    if (p == MAP_FAILED)
+      fail<IoError>("{}: cannot mmap {} bytes: {}", path.string(), size, std::strerror(errno));
     data = static_cast<const std::uint8_t*>(p);
   }
-  ::close(fd);  // the mapping stays valid after close
-  return std::shared_ptr<MappedFile>(new MappedFile(path, data, size));
+  return std::shared_ptr<MappedFile>(new MappedFile(path, data, size));  // mapping outlives fd
 }
 
 MappedFile::~MappedFile() {

@@ -9,6 +9,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/core/strings.h"
 #include "kvq/io/atomic_write.h"
 #include "kvq/io/json_file.h"
 
@@ -27,45 +28,8 @@ std::uint64_t read_u64_le(const std::uint8_t* p) {
   return v;
 }
 
-// Byte offset of the first invalid UTF-8 sequence, or npos. Rejects overlong forms, surrogates
-// and code points above U+10FFFF (as Rust's str::from_utf8 does).
-std::size_t find_invalid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const std::size_t n = s.size();
-  std::size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      if (c == 0xe0) lo = 0xa0;
-      if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      if (c == 0xf0) lo = 0x90;
-      if (c == 0xf4) hi = 0x8f;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    if (p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (std::size_t k = 2; k < len; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xbf) return i;
-    }
-    i += len;
-  }
-  return std::string_view::npos;
-}
-
-std::uint64_t json_u64(const nlohmann::ordered_json& v, const std::string& file,
-                       const std::string& tensor, std::string_view what) {
+std::uint64_t json_u64(const nlohmann::json& v, const std::string& file, const std::string& tensor,
+                       std::string_view what) {
   if (v.is_number_unsigned()) return v.get<std::uint64_t>();
   if (v.is_number_integer()) {
     fail<FormatError>("{}: tensor '{}': negative {} {}", file, tensor, what, v.dump());
@@ -75,7 +39,7 @@ std::uint64_t json_u64(const nlohmann::ordered_json& v, const std::string& file,
 }
 
 TensorInfo parse_tensor_entry(const std::string& file, const std::string& name,
-                              const nlohmann::ordered_json& entry) {
+                              const nlohmann::json& entry) {
   if (!entry.is_object()) {
     fail<FormatError>("{}: tensor '{}': header entry must be an object", file, name);
   }
@@ -173,29 +137,18 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
     fail<FormatError>("{}: header is not valid UTF-8 (byte {} of the header)", file, bad);
   }
 
-  // ordered_json keeps header order; the callback catches duplicate top-level keys, which a
-  // plain parse would silently merge.
-  std::set<std::string> seen;
-  std::string duplicate;
-  const auto on_event = [&](int depth, nlohmann::ordered_json::parse_event_t event,
-                            nlohmann::ordered_json& parsed) {
-    if (event == nlohmann::ordered_json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-      if (!seen.insert(parsed.get<std::string>()).second && duplicate.empty()) {
-        duplicate = parsed.get<std::string>();
-      }
-    }
-    return true;
-  };
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(header.begin(), header.end(), on_event);
-  } catch (const nlohmann::ordered_json::parse_error& e) {
-    fail<FormatError>("{}: header is not valid JSON: {}", file, e.what());
-  }
+  // A plain parse sorts the keys (an ordered_json keeps them, but its key insertion is linear:
+  // quadratic for 100,000 tensors) and silently merges duplicates: the header order and the
+  // duplicates come from a second, SAX pass.
+  const nlohmann::json j = parse_json(header, file + ": header");
   if (!j.is_object()) fail<FormatError>("{}: header must be a JSON object", file);
-  if (!duplicate.empty()) fail<FormatError>("{}: header lists '{}' twice", file, duplicate);
+  const std::vector<std::string> keys = json_top_level_keys(header);  // header order
+  std::set<std::string_view> seen;
+  for (const std::string& key : keys)
+    if (!seen.insert(key).second) fail<FormatError>("{}: header lists '{}' twice", file, key);
 
-  for (const auto& [key, value] : j.items()) {
+  for (const std::string& key : keys) {
+    const nlohmann::json& value = j.at(key);
     if (key == kMetadataKey) {
       if (value.is_null()) continue;
       if (!value.is_object()) fail<FormatError>("{}: '__metadata__' must be an object", file);

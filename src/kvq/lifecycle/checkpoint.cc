@@ -166,7 +166,7 @@ quant::Json checkpoint_config_json(const QuantizationLifecycle& lifecycle) {
 
 void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& source_model_dir,
                      const fs::path& out_dir,
-                     const std::function<void(const fs::path& dir)>& write_extra) {
+                     const std::function<void(const fs::path& dir)>& write_extra, bool overwrite) {
   lifecycle.check_scales("save_pretrained");
   if (lifecycle.key_smoothing() != nullptr)
     fail<NotSupported>(
@@ -206,7 +206,8 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
   cfg.erase("compression_config");
   cfg["quantization_config"] = checkpoint_config_json(lifecycle);
 
-  io::AtomicDirectory dir(out_dir);
+  io::AtomicDirectory dir(
+      out_dir, overwrite ? io::ExistingDirectory::kReplace : io::ExistingDirectory::kRefuse);
   writer.write(dir.path() / "model.safetensors");
   io::write_file_atomic(dir.path() / "config.json", quant::dump_sorted(cfg, 2) + "\n");
   for (const char* f : kCopiedFiles)

@@ -32,11 +32,13 @@ quant::Json checkpoint_config_json(const QuantizationLifecycle& lifecycle);
 
 // InvalidArgument when a scale is not calibrated (nothing is written then). `write_extra`, when
 // given, writes more files (a calibration report) into the directory before it is committed, so
-// they appear together with the checkpoint or not at all.
+// they appear together with the checkpoint or not at all. An `out_dir` that exists when the
+// checkpoint is moved into place is replaced only with `overwrite` (else IoError, untouched).
 void save_pretrained(const QuantizationLifecycle& lifecycle,
                      const std::filesystem::path& source_model_dir,
                      const std::filesystem::path& out_dir,
-                     const std::function<void(const std::filesystem::path& dir)>& write_extra = {});
+                     const std::function<void(const std::filesystem::path& dir)>& write_extra = {},
+                     bool overwrite = false);
 
 // Applies model_dir/config.json's quantization_config to `model` (which must be the model of
 // that directory) and loads the q/k/v scales / zero points from its safetensors.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvq/core/error.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 
 namespace kvq::lifecycle {
@@ -62,12 +63,7 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
     while (std::getline(lines, line)) {
       ++lineno;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
-        fail<FormatError>("{}:{}: invalid JSON: {}", path.string(), lineno, e.what());
-      }
+      const nlohmann::json j = io::parse_json(line, fmt::format("{}:{}", path.string(), lineno));
       if (!j.is_object()) fail<FormatError>("{}:{}: expected a JSON object", path.string(), lineno);
       std::vector<std::int32_t> tokens;
       if (j.contains("question") && j.contains("answer")) {

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <regex>
 #include <set>
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
+#include "kvq/tokenizer/regex.h"
 
 namespace kvq::lifecycle {
 namespace {
@@ -16,32 +17,37 @@ constexpr std::string_view kRegexPrefix = "re:";
 
 bool is_regex(std::string_view target) { return target.starts_with(kRegexPrefix); }
 
-// Compiled patterns are cached: matching walks every module for every target.
-const std::regex& compiled(std::string_view pattern) {
+// Compiled patterns are cached: matching walks every module for every target. PCRE2 (through
+// tok::Regex), not std::regex: targets come from recipes and checkpoints, and PCRE2 bounds a
+// backtracking pattern where std::regex would recurse until the stack overflows. Its syntax is
+// Python re's for the patterns recipes use.
+const tok::Regex& compiled(std::string_view pattern) {
   static std::mutex mutex;
-  static std::map<std::string, std::regex, std::less<>> cache;
+  static std::map<std::string, std::unique_ptr<tok::Regex>, std::less<>> cache;
   std::lock_guard lock(mutex);
   auto it = cache.find(pattern);
   if (it == cache.end()) {
     try {
-      it = cache
-               .emplace(std::string(pattern),
-                        std::regex(std::string(pattern), std::regex::ECMAScript))
-               .first;
-    } catch (const std::regex_error& e) {
-      fail<ConfigError>("invalid target regex 're:{}': {}", pattern, e.what());
+      auto re = std::make_unique<tok::Regex>(std::string(pattern),
+                                             "target 're:" + std::string(pattern) + "'");
+      it = cache.emplace(std::string(pattern), std::move(re)).first;
+    } catch (const FormatError& e) {
+      fail<ConfigError>("invalid target regex: {}", e.what());
     }
   }
-  return it->second;
+  return *it->second;
 }
 
 }  // namespace
 
 bool match_name(std::string_view name, std::string_view target) {
   if (is_regex(target)) {
-    const std::regex& re = compiled(target.substr(kRegexPrefix.size()));
     // Python re.match: the match must start at position 0 but may end anywhere.
-    return std::regex_search(name.begin(), name.end(), re, std::regex_constants::match_continuous);
+    try {
+      return compiled(target.substr(kRegexPrefix.size())).match_prefix(name);
+    } catch (const FormatError& e) {
+      fail<ConfigError>("{} (matching module '{}')", e.what(), name);
+    }
   }
   return target == name;
 }

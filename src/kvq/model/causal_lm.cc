@@ -1,5 +1,6 @@
 #include "kvq/model/causal_lm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -101,7 +102,41 @@ Tensor to_bf16(const Tensor& t) {
   return out;
 }
 
-// The tensor `name` with the expected shape, stored as `storage` asks.
+// Index of the first NaN or ±Inf in a weight stored as f32 or bf16, or -1: an all-ones exponent.
+// Blocks are OR-reduced first (vectorised), so a clean tensor costs one read of its bytes.
+template <class Bits>
+std::int64_t first_non_finite(const Bits* p, std::int64_t n, Bits exponent) {
+  constexpr std::int64_t kBlock = 4096;
+  for (std::int64_t b = 0; b < n; b += kBlock) {
+    const std::int64_t e = std::min(n, b + kBlock);
+    bool bad = false;
+    for (std::int64_t i = b; i < e; ++i) bad |= (p[i] & exponent) == exponent;
+    if (!bad) continue;
+    for (std::int64_t i = b; i < e; ++i)
+      if ((p[i] & exponent) == exponent) return i;
+  }
+  return -1;
+}
+
+// A NaN or Inf weight poisons every logit downstream (perplexity "-nan", garbage text): refused at
+// load, naming the tensor.
+void check_finite(const Tensor& t, const std::string& name, const std::string& source) {
+  std::int64_t bad = -1;
+  if (t.dtype() == DType::kF32) {
+    bad = first_non_finite(static_cast<const std::uint32_t*>(t.data()), t.numel(), 0x7f800000u);
+  } else if (t.dtype() == DType::kBF16) {
+    bad = first_non_finite(static_cast<const std::uint16_t*>(t.data()), t.numel(),
+                           std::uint16_t{0x7f80});
+  }
+  if (bad < 0) return;
+  const float value = t.dtype() == DType::kF32
+                          ? t.f32()[bad]
+                          : bf16_to_f32(static_cast<const std::uint16_t*>(t.data())[bad]);
+  fail<FormatError>("{}: tensor '{}' holds {} at element {} (shape {}): the weights are corrupt",
+                    source, name, value, bad, shape_str(t.shape()));
+}
+
+// The tensor `name` with the expected shape, stored as `storage` asks; NaN / Inf refused.
 Tensor take_weight(const std::map<std::string, Tensor>& weights, const std::string& name,
                    const Shape& shape, const std::string& source, Storage storage) {
   auto it = weights.find(name);
@@ -115,15 +150,20 @@ Tensor take_weight(const std::map<std::string, Tensor>& weights, const std::stri
     fail<FormatError>("{}: tensor '{}' has dtype {}, expected a float type", source, name,
                       dtype_name(t.dtype()));
   }
+  Tensor out;
   switch (storage) {
     case Storage::kF32View:
-      return t.dtype() == DType::kF32 ? t : t.to_f32();
+      out = t.dtype() == DType::kF32 ? t : t.to_f32();
+      break;
     case Storage::kF32Own:
-      return t.dtype() == DType::kF32 ? t.clone() : t.to_f32();
+      out = t.dtype() == DType::kF32 ? t.clone() : t.to_f32();
+      break;
     case Storage::kBF16:
-      return to_bf16(t);
+      out = to_bf16(t);
+      break;
   }
-  return t.to_f32();
+  check_finite(out, name, source);
+  return out;
 }
 
 void validate_config(const model::ModelConfig& c, const std::string& source) {

@@ -1,7 +1,7 @@
 #include "kvq/model/convert_gguf.h"
 
+#include <algorithm>
 #include <cstring>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -166,14 +166,25 @@ void check_out_dir(const fs::path& out_dir, bool force) {
 }  // namespace
 
 std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name) {
-  static const std::regex kLayer(R"(blk\.(\d+)\.(\w+)\.(weight|bias))");
   const std::string name(gguf_name);
   if (name == "token_embd.weight") return "model.embed_tokens.weight";
   if (name == "output_norm.weight") return "model.norm.weight";
   if (name == "output.weight") return "lm_head.weight";
-  std::smatch m;
-  if (!std::regex_match(name, m, kLayer)) return std::nullopt;
-  const std::string part = m[2].str();
+  // blk.<digits>.<word>.(weight|bias), split by hand: std::regex recurses per character, and
+  // the name comes from the file.
+  constexpr std::string_view kBlock = "blk.";
+  if (!gguf_name.starts_with(kBlock)) return std::nullopt;
+  const std::string_view rest = gguf_name.substr(kBlock.size());
+  const std::size_t dot1 = rest.find('.');
+  const std::size_t dot2 = dot1 == std::string_view::npos ? dot1 : rest.find('.', dot1 + 1);
+  if (dot2 == std::string_view::npos) return std::nullopt;
+  const std::string_view layer = rest.substr(0, dot1);
+  const std::string part(rest.substr(dot1 + 1, dot2 - dot1 - 1));
+  const std::string_view kind = rest.substr(dot2 + 1);
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (layer.empty() || !std::all_of(layer.begin(), layer.end(), is_digit) ||
+      (kind != "weight" && kind != "bias"))
+    return std::nullopt;
   std::string hf;
   if (part == "attn_norm")
     hf = "input_layernorm";
@@ -195,7 +206,7 @@ std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name) {
     hf = "mlp.down_proj";
   else
     return std::nullopt;
-  return fmt::format("model.layers.{}.{}.{}", m[1].str(), hf, m[3].str());
+  return fmt::format("model.layers.{}.{}.{}", layer, hf, kind);
 }
 
 void unpermute_rope_rows(float* data, std::int64_t n_head, std::int64_t head_dim,
@@ -236,6 +247,7 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
     fail<InvalidArgument>("convert: --dtype must be float32 or bfloat16, got {}",
                           dtype_torch_name(options.dtype));
   }
+  io::refuse_output_over_input(out_dir, "OUT_DIR", gguf_path, "the input MODEL");
   check_out_dir(out_dir, options.force);
   const io::GgufFile g = io::GgufFile::open(gguf_path);
   const ModelConfig config = llama_config(g, options.dtype);
@@ -273,7 +285,8 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
   }
   result.num_tensors = static_cast<std::int64_t>(plan.size());
 
-  io::AtomicDirectory dir(out_dir);
+  io::AtomicDirectory dir(
+      out_dir, options.force ? io::ExistingDirectory::kReplace : io::ExistingDirectory::kRefuse);
   io::write_file_atomic(dir.path() / "config.json", io::dump_json(model_config_to_json(config)));
   io::write_file_atomic(dir.path() / "generation_config.json",
                         io::dump_json(gguf_generation_config_json(g)));

@@ -1,5 +1,7 @@
 #include "kvq/model/kv_cache.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -241,6 +243,27 @@ std::vector<float> KvBuffer::read(std::int64_t n) const {
   return out;
 }
 
+namespace {
+
+// The cache's bytes are allocated up front: a context beyond what the machine holds (--ctx 10^8)
+// is refused with the sizes, not left to end in std::bad_alloc or the OOM killer.
+void check_fits_in_memory(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
+                          std::int64_t head_dim, std::int64_t capacity, KvFormat format) {
+  const double bytes = 2.0 * static_cast<double>(layers) * static_cast<double>(batch) *
+                       static_cast<double>(kv_heads) * static_cast<double>(capacity) *
+                       static_cast<double>(quant::kv_row_bytes(format, head_dim));
+  const double memory =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory) {
+    fail<InvalidArgument>(
+        "KV cache ({}) for {} tokens x batch {} needs {:.1f} GB, more than this machine's {:.1f} "
+        "GB of memory: use a shorter context",
+        quant::kv_format_name(format), capacity, batch, bytes / 1e9, memory / 1e9);
+  }
+}
+
+}  // namespace
+
 KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
                  std::int64_t head_dim, std::int64_t capacity, const KvCacheConfig& spec)
     : batch_(batch), kv_heads_(kv_heads), head_dim_(head_dim), capacity_(capacity), config_(spec) {
@@ -274,6 +297,7 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
         "codes",
         quant::kv_format_name(spec.format), head_dim);
   }
+  check_fits_in_memory(layers, batch, kv_heads, head_dim, capacity, spec.format);
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));
   for (std::int64_t l = 0; l < layers; ++l) {

@@ -81,6 +81,31 @@ void require_positive(std::int64_t value, std::string_view source, std::string_v
   if (value <= 0) fail<ConfigError>("{}: field '{}' must be positive, got {}", source, key, value);
 }
 
+// Sane maxima, each far above any released model (the largest have 126 layers, hidden 16384,
+// 128 heads, head_dim 256, vocab 256k, intermediate 53248, context 10M): a corrupt or hostile
+// config.json fails here, naming the field, instead of building a billion layers or allocating
+// until std::bad_alloc before the tensors' shapes are compared.
+struct Bound {
+  std::string_view key;
+  std::int64_t max;
+};
+constexpr Bound kBounds[] = {
+    {"hidden_size", 1 << 17},
+    {"num_hidden_layers", 4096},
+    {"num_attention_heads", 1 << 12},
+    {"num_key_value_heads", 1 << 12},
+    {"head_dim", 1 << 12},
+    {"intermediate_size", 1 << 20},
+    {"vocab_size", 1 << 24},
+    {"max_position_embeddings", std::int64_t{1} << 28},
+};
+void require_sane(std::int64_t value, std::string_view source, std::string_view key) {
+  for (const Bound& b : kBounds)
+    if (b.key == key && value > b.max)
+      fail<ConfigError>("{}: field '{}' is {}, beyond kvq's limit of {} (a corrupt config?)",
+                        source, key, value, b.max);
+}
+
 // rope_scaling (transformers 4) or rope_parameters (transformers 5; also holds rope_theta).
 RopeScaling parse_rope_scaling(const json& r, std::string_view source, std::string_view key) {
   RopeScaling s;
@@ -158,10 +183,12 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
         {"intermediate_size", c.intermediate_size},
         {"vocab_size", c.vocab_size}}) {
     require_positive(value, source, key);
+    require_sane(value, source, key);
   }
   c.num_key_value_heads =
       optional_int(j, source, "num_key_value_heads").value_or(c.num_attention_heads);
   require_positive(c.num_key_value_heads, source, "num_key_value_heads");
+  require_sane(c.num_key_value_heads, source, "num_key_value_heads");
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     fail<ConfigError>("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
                       source, c.num_attention_heads, c.num_key_value_heads);
@@ -169,6 +196,7 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
   if (const auto hd = optional_int(j, source, "head_dim")) {
     c.head_dim = *hd;
     require_positive(c.head_dim, source, "head_dim");
+    require_sane(c.head_dim, source, "head_dim");
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
       fail<ConfigError>(
@@ -180,6 +208,7 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
   }
   c.max_position_embeddings = optional_int(j, source, "max_position_embeddings").value_or(2048);
   require_positive(c.max_position_embeddings, source, "max_position_embeddings");
+  require_sane(c.max_position_embeddings, source, "max_position_embeddings");
   c.rms_norm_eps = optional_double(j, source, "rms_norm_eps").value_or(1e-6);
   if (!(c.rms_norm_eps > 0)) {
     fail<ConfigError>("{}: field 'rms_norm_eps' must be positive, got {}", source, c.rms_norm_eps);

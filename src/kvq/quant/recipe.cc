@@ -2,33 +2,63 @@
 
 #include <algorithm>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "kvq/core/error.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/quant/json_util.h"
 
 namespace kvq::quant {
 namespace {
 
+// PyYAML's (YAML 1.1) implicit resolvers for plain scalars, written out by hand: std::regex
+// recurses per character, so a long scalar in a recipe would overflow the stack.
+bool is_one_of(std::string_view s, std::initializer_list<std::string_view> words) {
+  return std::find(words.begin(), words.end(), s) != words.end();
+}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+std::string_view skip_sign(std::string_view s) {
+  return !s.empty() && (s[0] == '-' || s[0] == '+') ? s.substr(1) : s;
+}
+// [-+]?(0|[1-9][0-9_]*)
+bool is_yaml_int(std::string_view s) {
+  s = skip_sign(s);
+  if (s == "0") return true;
+  if (s.empty() || s[0] < '1' || s[0] > '9') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return is_digit(c) || c == '_'; });
+}
+// [-+]?([0-9][0-9_]*)?\.[0-9_]*([eE][-+][0-9]+)? | [-+]?\.(inf|Inf|INF) | \.(nan|NaN|NAN)
+bool is_yaml_float(std::string_view text) {
+  if (is_one_of(text, {".nan", ".NaN", ".NAN"})) return true;
+  std::string_view s = skip_sign(text);
+  if (is_one_of(s, {".inf", ".Inf", ".INF"})) return true;
+  const std::size_t dot = s.find('.');
+  if (dot == std::string_view::npos) return false;
+  const auto digits_or_underscores = [](std::string_view part) {
+    return std::all_of(part.begin(), part.end(), [](char c) { return is_digit(c) || c == '_'; });
+  };
+  const std::string_view whole = s.substr(0, dot);
+  if (!whole.empty() && (!is_digit(whole[0]) || !digits_or_underscores(whole))) return false;
+  std::string_view rest = s.substr(dot + 1);
+  const std::size_t e = rest.find_first_of("eE");
+  if (!digits_or_underscores(rest.substr(0, e))) return false;
+  if (e == std::string_view::npos) return true;
+  const std::string_view exponent = rest.substr(e + 1);
+  return exponent.size() >= 2 && (exponent[0] == '-' || exponent[0] == '+') &&
+         std::all_of(exponent.begin() + 1, exponent.end(), is_digit);
+}
+
 Json yaml_scalar(const YAML::Node& node) {
   const std::string& text = node.Scalar();
   if (node.Tag() == "!") return text;  // quoted: always a string
-  // PyYAML (YAML 1.1) resolver for plain scalars.
-  static const std::regex kNull("^(~|null|Null|NULL|)$");
-  static const std::regex kTrue("^(yes|Yes|YES|true|True|TRUE|on|On|ON)$");
-  static const std::regex kFalse("^(no|No|NO|false|False|FALSE|off|Off|OFF)$");
-  static const std::regex kInt("^[-+]?(0|[1-9][0-9_]*)$");
-  static const std::regex kFloat(
-      "^[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?$|^[-+]?\\.(inf|Inf|INF)$|^\\.(nan|NaN|NAN)"
-      "$");
-  if (std::regex_match(text, kNull)) return nullptr;
-  if (std::regex_match(text, kTrue)) return true;
-  if (std::regex_match(text, kFalse)) return false;
-  if (std::regex_match(text, kInt)) {
+  if (is_one_of(text, {"~", "null", "Null", "NULL", ""})) return nullptr;
+  if (is_one_of(text, {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"})) return true;
+  if (is_one_of(text, {"no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"}))
+    return false;
+  if (is_yaml_int(text)) {
     std::string digits = text;
     digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
     try {
@@ -37,7 +67,7 @@ Json yaml_scalar(const YAML::Node& node) {
       return text;
     }
   }
-  if (std::regex_match(text, kFloat) && text != ".") {
+  if (is_yaml_float(text) && text != ".") {
     std::string digits = text;
     digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
     try {
@@ -49,7 +79,23 @@ Json yaml_scalar(const YAML::Node& node) {
   return text;
 }
 
-Json yaml_node_to_json(const YAML::Node& node) {
+// Aliases are expanded into copies, so a 1 KB "billion laughs" file of nested aliases would grow
+// to billions of nodes: the expansion is bounded by a node budget (real recipes have ~100 nodes)
+// and the depth by JSON's own limit.
+constexpr std::int64_t kMaxYamlNodes = 10'000;
+
+struct YamlBudget {
+  std::string_view source_name;
+  std::int64_t nodes = 0;
+};
+
+Json yaml_node_to_json(const YAML::Node& node, YamlBudget& budget, int depth) {
+  if (++budget.nodes > kMaxYamlNodes)
+    fail<FormatError>("{}: YAML expands to more than {} nodes (aliases of aliases?)",
+                      budget.source_name, kMaxYamlNodes);
+  if (depth > io::kMaxJsonDepth)
+    fail<FormatError>("{}:{}: YAML nested deeper than {} levels (kvq's limit)", budget.source_name,
+                      node.Mark().line + 1, io::kMaxJsonDepth);
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -58,12 +104,13 @@ Json yaml_node_to_json(const YAML::Node& node) {
       return yaml_scalar(node);
     case YAML::NodeType::Sequence: {
       Json out = Json::array();
-      for (const auto& item : node) out.push_back(yaml_node_to_json(item));
+      for (const auto& item : node) out.push_back(yaml_node_to_json(item, budget, depth + 1));
       return out;
     }
     case YAML::NodeType::Map: {
       Json out = Json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second);
+      for (const auto& kv : node)
+        out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, budget, depth + 1);
       return out;
     }
   }
@@ -253,7 +300,8 @@ KeySmoothingArgs parse_key_smoothing(const Json& mod, const std::string& where) 
 
 Json yaml_to_json(std::string_view text, std::string_view source_name) {
   try {
-    return yaml_node_to_json(YAML::Load(std::string(text)));
+    YamlBudget budget{source_name};
+    return yaml_node_to_json(YAML::Load(std::string(text)), budget, 0);
   } catch (const YAML::Exception& e) {
     fail<FormatError>("{}:{}:{}: invalid YAML: {}", source_name, e.mark.line + 1, e.mark.column + 1,
                       e.msg);
@@ -261,12 +309,14 @@ Json yaml_to_json(std::string_view text, std::string_view source_name) {
 }
 
 QuantizationConfig parse_recipe(std::string_view text, std::string_view source_name) {
-  Json root;
-  try {
-    root = Json::parse(text);
-  } catch (const nlohmann::json::parse_error&) {
-    root = yaml_to_json(text, source_name);
-  }
+  if (text.size() > kMaxRecipeBytes)
+    fail<FormatError>("{}: {} bytes; a recipe is at most {} bytes", source_name, text.size(),
+                      kMaxRecipeBytes);
+  // The reference tries JSON first, then YAML: nlohmann's accept() is the cheap "is it JSON",
+  // without building a value (and recursion-free).
+  const Json root = Json::accept(text.begin(), text.end())
+                        ? io::parse_ordered_json(text, source_name)
+                        : yaml_to_json(text, source_name);
   return resolve_recipe(root, source_name);
 }
 
@@ -323,16 +373,10 @@ QuantizationConfig resolve_recipe(const Json& root, std::string_view source_name
 }
 
 QuantizationConfig load_recipe(const std::filesystem::path& path) {
-  const std::string text = io::read_file(path, "recipe");
+  const std::string text = io::read_file(path, "recipe", kMaxRecipeBytes);
   const std::string ext = path.extension().string();
-  if (ext == ".json") {
-    try {
-      const Json parsed = Json::parse(text);
-      return resolve_recipe(parsed, path.string());
-    } catch (const nlohmann::json::parse_error& e) {
-      fail<FormatError>("{}: invalid JSON: {}", path.string(), e.what());
-    }
-  }
+  if (ext == ".json")
+    return resolve_recipe(io::parse_ordered_json(text, path.string()), path.string());
   return parse_recipe(text, path.string());
 }
 

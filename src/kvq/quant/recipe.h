@@ -22,6 +22,10 @@
 
 namespace kvq::quant {
 
+// Real recipes are a few KB (a long ignore list tens of KB); the bound keeps the ordered JSON
+// objects, whose key insertion is linear, small.
+inline constexpr std::size_t kMaxRecipeBytes = 256 * 1024;
+
 // Parses recipe text (JSON tried first, then YAML, like the reference). Malformed text ->
 // FormatError naming `source_name` and the line; invalid content -> ConfigError; other modifier
 // types -> NotSupported.

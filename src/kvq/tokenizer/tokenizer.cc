@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "kvq/core/error.h"
+#include "kvq/core/strings.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/tokenizer/bpe.h"
 #include "kvq/tokenizer/byte_level.h"
@@ -17,51 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-json parse_json(const std::filesystem::path& path) {
-  std::string text = io::read_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail<FormatError>("{}: invalid JSON: {}", path.string(), e.what());
-  }
-}
-
-// Byte offset of the first invalid UTF-8 sequence in `s`, or npos.
-size_t find_invalid_utf8(std::string_view s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    auto c = static_cast<uint8_t>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    for (size_t k = 1; k < len; ++k) {
-      auto cc = static_cast<uint8_t>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are invalid.
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
-      return i;
-    }
-    i += len;
-  }
-  return std::string_view::npos;
-}
+json parse_json(const std::filesystem::path& path) { return io::read_json_file(path); }
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -166,12 +124,20 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
           "{}: pre_tokenizer has no ByteLevel step; supported: BPE (byte-level) tokenizers", where);
     }
 
+    // Ids index tables sized by the largest one: an id of 2^31 - 1 would allocate gigabytes.
+    constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 24;  // 64x the largest vocabularies
+    const auto token_id = [&](const json& id, std::string_view token) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 ||
+          id.get<std::int64_t>() >= kMaxTokenId)
+        fail<FormatError>("{}: token '{}' has id {}, outside [0, {})", where, token, id.dump(),
+                          kMaxTokenId);
+      return static_cast<int32_t>(id.get<std::int64_t>());
+    };
     std::unordered_map<std::string, int32_t> vocab;
     vocab.reserve(model.at("vocab").size());
     int32_t max_id = -1;
     for (const auto& [token, id] : model.at("vocab").items()) {
-      auto i = id.get<int32_t>();
-      if (i < 0) fail<FormatError>("{}: negative id {} for token '{}'", where, i, token);
+      const int32_t i = token_id(id, token);
       vocab.emplace(token, i);
       max_id = std::max(max_id, i);
     }
@@ -192,9 +158,12 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
 
     std::vector<AddedToken> added;
     for (const json& a : j.value("added_tokens", json::array())) {
-      AddedToken t{a.at("content").get<std::string>(), a.at("id").get<int32_t>(),
-                   a.value("special", false),          a.value("lstrip", false),
-                   a.value("rstrip", false),           a.value("single_word", false)};
+      AddedToken t{a.at("content").get<std::string>(),
+                   token_id(a.at("id"), a.at("content").get<std::string>()),
+                   a.value("special", false),
+                   a.value("lstrip", false),
+                   a.value("rstrip", false),
+                   a.value("single_word", false)};
       if (t.content.empty() || t.id < 0) {
         fail<FormatError>("{}: added token with empty content or negative id", where);
       }

@@ -1,4 +1,6 @@
 // Runs the built `kvq` binary through the shell and captures stdout, stderr and the exit code.
+// A run is killed after `timeout_s` seconds (exit code 124), so a hang fails a test instead of
+// hanging ctest.
 #pragma once
 
 #include <sys/wait.h>
@@ -32,9 +34,10 @@ inline std::string shell_quote(const std::string& s) {
   return q;
 }
 
-inline CliResult run_kvq(const std::vector<std::string>& args) {
+inline CliResult run_kvq(const std::vector<std::string>& args, int timeout_s = 1800) {
   TempDir tmp;
-  std::string cmd = shell_quote(kvq_binary().string());
+  std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " ";
+  cmd.append(shell_quote(kvq_binary().string()));
   for (const std::string& a : args) {
     cmd.push_back(' ');
     cmd.append(shell_quote(a));

@@ -102,7 +102,9 @@ TEST_F(CliGenerate, BadArgumentsFailWithAMessage) {
   expect_fails({"--prompt", "Hi", "--top-p", "0"}, "--top-p must be in (0, 1]");
   expect_fails({"--prompt", "Hi", "--top-p", "1.5"}, "--top-p must be in (0, 1]");
   expect_fails({"--prompt", "Hi", "--top-k", "-1"}, "--top-k must be >= 0");
-  expect_fails({"--prompt", "Hi", "--max-new-tokens", "0"}, "--max-new-tokens must be >= 1");
+  // Range-checked by the parser (apps/kvq/flag_limits.h), before the model is read.
+  expect_fails({"--prompt", "Hi", "--max-new-tokens", "0"},
+               "--max-new-tokens: Value 0 not in range 1 to");
   expect_fails({"--prompt", "Hi", "--kv-cache", "int3"}, "unknown KV cache format");
   // "Hello my name is" is 4 tokens: it does not fit a context of 4 with room for one more.
   expect_fails({"--prompt", "Hello my name is", "--ctx", "4"}, "--truncate");

@@ -20,6 +20,26 @@ TEST(JsonFile, ReadsAndReportsPosition) {
   EXPECT_THROW_MSG(parse_json("", "empty.json"), FormatError, "empty.json: invalid JSON at line 1");
 }
 
+// Nesting is refused before nlohmann builds (and later copies, recursively) the value; brackets
+// inside strings do not count; a number beyond double is named (issue 21).
+TEST(JsonFile, RefusesDeepNestingAndHugeNumbers) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  EXPECT_THROW_MSG(parse_json(deep, "deep.json"), FormatError,
+                   "deep.json: invalid JSON at line 1, column 129: nested deeper than 128 levels");
+  EXPECT_THROW_MSG(parse_ordered_json("{\"a\": " + deep + "}", "o.json"), FormatError,
+                   "nested deeper");
+  const std::string ok = std::string(128, '[') + std::string(128, ']');
+  EXPECT_NO_THROW(parse_json(ok, "ok.json"));
+  EXPECT_NO_THROW(parse_json("{\"s\": \"" + std::string(1000, '[') + "\\\"[\"}", "s.json"));
+  EXPECT_THROW_MSG(parse_json("{\"x\": 1e400}", "big.json"), FormatError,
+                   "big.json: invalid JSON: number overflow parsing '1e400'");
+}
+
+TEST(JsonFile, TopLevelKeysInFileOrderWithDuplicates) {
+  EXPECT_EQ(json_top_level_keys(R"({"b": {"z": 1, "a": [{"q": 2}]}, "a": 3, "b": 4})"),
+            (std::vector<std::string>{"b", "a", "b"}));
+}
+
 TEST(JsonFile, DumpIsStableWithTrailingNewline) {
   const auto j = parse_json(R"({"b": 1, "a": {"y": [1, 2], "x": 0.1}})", "t");
   EXPECT_EQ(dump_json(j),

@@ -82,7 +82,7 @@ TEST(AtomicDirectoryTest, CommitCreatesDirectory) {
   TempDir dir;
   const fs::path out = dir / "sub" / "out";  // parents are created
   {
-    AtomicDirectory staging(out);
+    AtomicDirectory staging(out, ExistingDirectory::kRefuse);
     EXPECT_NE(staging.path(), out);
     EXPECT_EQ(staging.path().parent_path(), out.parent_path());
     write_file_atomic(staging.path() / "config.json", "{}\n");
@@ -99,7 +99,8 @@ TEST(AtomicDirectoryTest, CommitReplacesExistingDirectory) {
   fs::create_directory(out);
   write_bytes(out / "stale.txt", "old");
   {
-    AtomicDirectory staging(out / "");  // a trailing slash names the same directory
+    // a trailing slash names the same directory
+    AtomicDirectory staging(out / "", ExistingDirectory::kReplace);
     write_file_atomic(staging.path() / "new.txt", "new");
     staging.commit();
   }
@@ -113,7 +114,7 @@ TEST(AtomicDirectoryTest, NoCommitKeepsOldAndRemovesTemp) {
   fs::create_directory(out);
   write_bytes(out / "keep.txt", "old");
   try {
-    AtomicDirectory staging(out);
+    AtomicDirectory staging(out, ExistingDirectory::kReplace);
     write_file_atomic(staging.path() / "half.txt", "half");
     throw std::runtime_error("simulated failure");
   } catch (const std::runtime_error&) {
@@ -125,7 +126,8 @@ TEST(AtomicDirectoryTest, NoCommitKeepsOldAndRemovesTemp) {
 TEST(AtomicDirectoryTest, RefusesToReplaceAFile) {
   TempDir dir;
   write_bytes(dir / "out", "a file");
-  EXPECT_THROW_MSG(AtomicDirectory(dir / "out"), IoError, "not a directory");
+  EXPECT_THROW_MSG(AtomicDirectory(dir / "out", ExistingDirectory::kReplace), IoError,
+                   "not a directory");
   EXPECT_EQ(read_bytes(dir / "out"), "a file");
   EXPECT_EQ(list_dir(dir.path()), std::vector<std::string>{"out"});
 }

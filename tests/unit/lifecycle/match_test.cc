@@ -148,5 +148,21 @@ TEST(IsNarrowMatch, ChildrenCheckOfInstalledVersion) {
   EXPECT_FALSE(is_narrow_match(*root, Targets{"Module"}, attn));          // parent is a Module
 }
 
+// `re:` targets run on PCRE2 with limits (issue 21): a catastrophically backtracking pattern is
+// an error naming it, not minutes of search or a stack overflow; a bad pattern is a ConfigError.
+TEST(MatchName, BacktrackingAndInvalidPatternsAreErrors) {
+  const std::string name = "model.layers.10.self_attn.q_proj_with_a_rather_long_suffix_name";
+  try {
+    match_name(name, "re:([\\w.]+)+(?!)");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("match limit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("re:([\\w.]+)+(?!)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(match_name(name, "re:(unclosed"), ConfigError);
+  EXPECT_TRUE(match_name(name, "re:.*q_proj"));
+  EXPECT_FALSE(match_name(name, "re:q_proj"));  // re.match: anchored at the start
+}
+
 }  // namespace
 }  // namespace kvq::lifecycle

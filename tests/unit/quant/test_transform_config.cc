@@ -140,5 +140,32 @@ TEST(SpinQuant, TransformConfigIsWrittenIntoTheCheckpointBlock) {
   EXPECT_EQ(QuantizationConfig{}.to_checkpoint_json().at("transform_config").dump(), "{}");
 }
 
+// Recipes from strangers (issue 21): aliases expand into copies, so a "billion laughs" file is
+// refused by its node count; a scalar of 200,000 digits is matched without std::regex's
+// per-character recursion (it overflowed the stack) and stays a string.
+TEST(RecipeLimits, AliasBombAndLongScalars) {
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k) bomb += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  try {
+    yaml_to_json(bomb, "bomb.yaml");
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("bomb.yaml: YAML expands to more than"), std::string::npos)
+        << e.what();
+  }
+  const std::string digits(200'000, '1');
+  const Json j = yaml_to_json("n: " + digits + "\nf: 1.5e+3\ni: 1_000\nb: off\nz: ~\n", "r.yaml");
+  EXPECT_EQ(j["n"], digits);  // beyond int64: a string, as PyYAML's int would not be
+  EXPECT_EQ(j["f"], 1500.0);
+  EXPECT_EQ(j["i"], 1000);
+  EXPECT_EQ(j["b"], false);
+  EXPECT_TRUE(j["z"].is_null());
+  EXPECT_EQ(yaml_to_json("v: 1e3\n", "r.yaml")["v"], "1e3");  // YAML 1.1: no dot, a string
+}
+
 }  // namespace
 }  // namespace kvq::quant
