@@ -178,7 +178,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 17u);
+  EXPECT_EQ(builtin_schemes().size(), 19u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   for (const char* name : {"KV-INT8-Group32", "KV-INT4-Group32", "KV-INT4-Group32+R3"})
@@ -187,6 +187,10 @@ TEST(Compare, SchemeTable) {
   EXPECT_TRUE(find_scheme("KV-INT4-Group32").recipe.empty());
   EXPECT_EQ(find_scheme("KV-INT4-Group32+R3").recipe, find_scheme("KV-NVFP4+R3").recipe);
   EXPECT_EQ(find_scheme("kv-int8-group32").kv_cache, "int8_g32");
+  // kvq's best 4-bit cache is in the default list; its MSE-only step is by name.
+  EXPECT_TRUE(find_scheme("KV-INT4-Group32-MSE+R3+KS").in_default);
+  EXPECT_EQ(find_scheme("KV-INT4-Group32-MSE+R3+KS").kv_cache, "int4_g32_mse");
+  EXPECT_FALSE(find_scheme("KV-INT4-Group32-MSE+R3").in_default);
   try {
     find_scheme("KV-FP3");
     FAIL();
@@ -196,14 +200,15 @@ TEST(Compare, SchemeTable) {
   const auto l = parse_scheme_list("baseline, KV-INT8-Head");
   ASSERT_EQ(l.size(), 2u);
   EXPECT_EQ(l[1].name, "KV-INT8-Head");
-  EXPECT_EQ(parse_scheme_list("").size(), 11u);  // the default ones
+  EXPECT_EQ(parse_scheme_list("").size(), 12u);  // the default ones
   EXPECT_EQ(parse_scheme_list("KV-NVFP4-Calibrated").size(), 1u);
   EXPECT_THROW(parse_scheme_list("KV-INT8-Head,kv-int8-head"), InvalidArgument);
 }
 
 // One source of truth: every recipe in examples/recipes is compiled in byte for byte, and each
 // built-in scheme with a recipe runs one of them (none is written out twice). A recipe runs in
-// two schemes only with different KV caches (rotate_r2_r3.yaml: nvfp4:head and int4_g32).
+// several schemes only with different KV caches (rotate_r2_r3.yaml: nvfp4:head, int4_g32 and
+// int4_g32_mse).
 TEST(Compare, SchemesAreTheExampleRecipes) {
   const std::filesystem::path dir = std::filesystem::path(KVQ_SOURCE_DIR) / "examples" / "recipes";
   std::size_t files = 0;
