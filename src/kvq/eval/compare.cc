@@ -114,6 +114,8 @@ const std::vector<SchemeDef>& builtin_schemes() {
       {"KV-INT4-Group32-MSE+R3+KS",
        "KV-INT4-Group32-MSE+R3 after key smoothing (calibrated per-channel K scaling + centring)",
        r("rotate_r2_r3_smooth_k.yaml"), "int4_g32_mse"},
+      {"KV-INT8-Group32+R3+KS", "KV-INT8-Group32 after key smoothing and SpinQuant R2 + R3",
+       r("rotate_r2_r3_smooth_k.yaml"), "int8_g32", false, false},
       // The reference PR's FP4 attention per head (q fake-quantized; K/V packed as NVFP4 under
       // the calibrated global scales), without and with the rotations. Run by name.
       {"QKV-FP4-Head", "FP4 E2M1 Q/K/V (attention group), per head; K/V packed as NVFP4",

@@ -178,7 +178,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 19u);
+  EXPECT_EQ(builtin_schemes().size(), 20u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   for (const char* name : {"KV-INT8-Group32", "KV-INT4-Group32", "KV-INT4-Group32+R3"})
@@ -191,6 +191,7 @@ TEST(Compare, SchemeTable) {
   EXPECT_TRUE(find_scheme("KV-INT4-Group32-MSE+R3+KS").in_default);
   EXPECT_EQ(find_scheme("KV-INT4-Group32-MSE+R3+KS").kv_cache, "int4_g32_mse");
   EXPECT_FALSE(find_scheme("KV-INT4-Group32-MSE+R3").in_default);
+  EXPECT_FALSE(find_scheme("KV-INT8-Group32+R3+KS").in_default);
   try {
     find_scheme("KV-FP3");
     FAIL();
