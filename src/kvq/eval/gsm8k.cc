@@ -217,7 +217,7 @@ Gsm8kResult run_gsm8k(model::CausalLM& model, const tok::Tokenizer& tokenizer,
   const auto draws = gsm8k_fewshot_indices(static_cast<std::int64_t>(train.size()), n,
                                            options.num_fewshot, options.fewshot_seed);
 
-  const tok::ChatTemplate chat_template(tokenizer.chat_template());
+  const tok::ChatTemplate& chat_template = tokenizer.chat_template_renderer();
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> prompts(static_cast<std::size_t>(n));
   std::vector<std::uint64_t> hashes(prompts.size());

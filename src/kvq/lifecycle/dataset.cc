@@ -27,6 +27,38 @@ void truncate(std::vector<std::int32_t>& tokens, std::int64_t max_len) {
     tokens.resize(static_cast<std::size_t>(max_len));
 }
 
+// {"messages": [{"role": ..., "content": ...}, ...]} (ultrachat's layout; other keys of a
+// message are ignored).
+std::vector<tok::ChatMessage> chat_messages(const nlohmann::json& j,
+                                            const std::filesystem::path& path,
+                                            std::int64_t lineno) {
+  if (!j.is_array() || j.empty())
+    fail<FormatError>("{}:{}: \"messages\" must be a non-empty array", path.string(), lineno);
+  std::vector<tok::ChatMessage> msgs;
+  for (const nlohmann::json& m : j) {
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+        !m["content"].is_string())
+      fail<FormatError>(
+          "{}:{}: each message must be an object with string \"role\" and \"content\"",
+          path.string(), lineno);
+    msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return msgs;
+}
+
+// The conversation rendered with the model's chat template (add_generation_prompt=false),
+// errors prefixed with the line.
+std::string render(const tok::Tokenizer& tokenizer, const std::vector<tok::ChatMessage>& msgs,
+                   const std::filesystem::path& path, std::int64_t lineno) {
+  try {
+    return tokenizer.apply_chat_template(msgs, /*add_generation_prompt=*/false);
+  } catch (const NotSupported& e) {
+    fail<NotSupported>("{}:{}: {}", path.string(), lineno, e.what());
+  } catch (const InvalidArgument& e) {
+    fail<InvalidArgument>("{}:{}: {}", path.string(), lineno, e.what());
+  }
+}
+
 }  // namespace
 
 std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::path& path,
@@ -66,22 +98,25 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
       const nlohmann::json j = io::parse_json(line, fmt::format("{}:{}", path.string(), lineno));
       if (!j.is_object()) fail<FormatError>("{}:{}: expected a JSON object", path.string(), lineno);
       std::vector<std::int32_t> tokens;
-      if (j.contains("question") && j.contains("answer")) {
+      if (j.contains("messages")) {
+        const std::vector<tok::ChatMessage> msgs = chat_messages(j["messages"], path, lineno);
+        tokens = tokenizer.encode(render(tokenizer, msgs, path, lineno), false);
+      } else if (j.contains("question") && j.contains("answer")) {
         if (!j["question"].is_string() || !j["answer"].is_string())
           fail<FormatError>("{}:{}: \"question\" and \"answer\" must be strings", path.string(),
                             lineno);
         const std::vector<tok::ChatMessage> msgs = {{"user", j["question"].get<std::string>()},
                                                     {"assistant", j["answer"].get<std::string>()}};
-        const std::string rendered =
-            tokenizer.apply_chat_template(msgs, /*add_generation_prompt=*/false);
-        tokens = tokenizer.encode(rendered, /*add_special_tokens=*/false);
+        tokens = tokenizer.encode(render(tokenizer, msgs, path, lineno),
+                                  /*add_special_tokens=*/false);
       } else if (j.contains("text")) {
         if (!j["text"].is_string())
           fail<FormatError>("{}:{}: \"text\" must be a string", path.string(), lineno);
         tokens = tokenizer.encode(j["text"].get<std::string>(), false);
       } else {
         fail<FormatError>(
-            "{}:{}: a calibration JSONL line needs a \"text\" field or \"question\" + \"answer\"",
+            "{}:{}: a calibration JSONL line needs a \"text\" field, \"messages\" or "
+            "\"question\" + \"answer\"",
             path.string(), lineno);
       }
       truncate(tokens, options.max_seq_length);

@@ -4,6 +4,10 @@
 //  - plain text (.txt/.raw): the whole file tokenized, split into consecutive windows of
 //    max_seq_length tokens (the last, shorter window kept when non-empty);
 //  - JSONL with a "text" field: one sample per line, truncated to max_seq_length;
+//  - chat-messages JSONL {"messages": [{"role", "content"}, ...]} (ultrachat's layout, the
+//    reference PR's calibration set): rendered with the model's chat template
+//    (add_generation_prompt=false), tokenized without special tokens and truncated, as
+//    llm-compressor's examples do with tokenizer.apply_chat_template(messages, tokenize=False);
 //  - GSM8K-style JSONL {question, answer}: rendered with the model's chat template as
 //    [user: question, assistant: answer] (add_generation_prompt=false), tokenized without
 //    special tokens and truncated to max_seq_length — what llm-compressor's kv-cache examples

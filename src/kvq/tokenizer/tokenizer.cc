@@ -224,6 +224,7 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
 
 void Tokenizer::load_config(const std::filesystem::path& dir) {
   const auto config_path = dir / "tokenizer_config.json";
+  ChatSpecialTokens special;
   if (std::filesystem::exists(config_path)) {
     json c = parse_json(config_path);
     try {
@@ -240,6 +241,9 @@ void Tokenizer::load_config(const std::filesystem::path& dir) {
       };
       bos_id_ = lookup("bos_token");
       eos_id_ = lookup("eos_token");
+      // The templates print the special tokens as text ({{ bos_token }}, {{ eos_token }}).
+      if (c.contains("bos_token")) special.bos_token = token_content(c["bos_token"]);
+      if (c.contains("eos_token")) special.eos_token = token_content(c["eos_token"]);
       if (c.contains("chat_template")) {
         const json& ct = c["chat_template"];
         if (ct.is_string()) {
@@ -258,7 +262,7 @@ void Tokenizer::load_config(const std::filesystem::path& dir) {
   }
   const auto jinja_path = dir / "chat_template.jinja";
   if (std::filesystem::exists(jinja_path)) chat_template_text_ = io::read_file(jinja_path);
-  chat_template_ = ChatTemplate(chat_template_text_);
+  chat_template_ = ChatTemplate(chat_template_text_, std::move(special));
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {

@@ -69,6 +69,8 @@ class Tokenizer {
   std::optional<int32_t> eos_id() const { return eos_id_; }
   // The Jinja chat template text ("" when the model has none).
   const std::string& chat_template() const { return chat_template_text_; }
+  // The recognised template with the tokenizer's bos/eos tokens: the one way kvq renders chats.
+  const ChatTemplate& chat_template_renderer() const { return chat_template_; }
   // Renders `messages` with the model's chat template (see chat_template.h for the templates
   // kvq recognises; others throw NotSupported).
   std::string apply_chat_template(std::span<const ChatMessage> messages,
