@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "kvq/core/error.h"
 #include "kvq/lifecycle/dataset.h"
@@ -55,6 +58,101 @@ TEST(Dataset, ShuffleIsSeededAndDeterministic) {
     moved |= a[i].index != static_cast<std::int64_t>(i);
   }
   EXPECT_TRUE(moved);
+}
+
+// A tokenizer directory with Mistral Nemo's chat template (bos <s> = 269, eos </s> = 270 in the
+// tiny tokenizer).
+tok::Tokenizer chat_tokenizer(const test::TempDir& d) {
+  const auto data = test::test_data_dir() / "tokenizer";
+  std::filesystem::create_directories(d / "model");
+  std::filesystem::copy_file(data / "tiny_bytelevel.json", d / "model" / "tokenizer.json");
+  std::ifstream in(data / "chat_templates" / "mistralai-Mistral-Nemo-Instruct-2407.jinja");
+  std::stringstream jinja;
+  jinja << in.rdbuf();
+  std::ofstream(d / "model" / "tokenizer_config.json") << nlohmann::json{
+      {"bos_token", "<s>"},
+      {"eos_token", "</s>"},
+      {"chat_template", jinja.str()}}.dump();
+  return tok::Tokenizer::from_dir(d / "model");
+}
+
+// {"messages": [...]} lines (ultrachat's layout) are rendered with the model's template,
+// without a generation prompt, tokenized without special tokens and truncated.
+TEST(Dataset, ChatMessagesJsonlRenderedWithTheTemplate) {
+  test::TempDir d;
+  const auto t = chat_tokenizer(d);
+  const auto p = write(d, "chat.jsonl",
+                       "{\"prompt\": \"ignored\", \"messages\": [{\"role\": \"user\", \"content\": "
+                       "\"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello there\"}]}\n"
+                       "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                       "{\"role\": \"user\", \"content\": \"Why?\"}]}\n"
+                       "{\"text\": \"plain\"}\n");
+  DatasetOptions o;
+  const auto s = load_calibration_dataset(p, t, o);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].tokens, t.encode("<s>[INST]Hi[/INST]Hello there</s>"));
+  EXPECT_EQ(s[0].tokens.front(), 269);
+  EXPECT_EQ(s[0].tokens.back(), 270);
+  EXPECT_EQ(s[1].tokens, t.encode("<s>[INST]Be brief.\n\nWhy?[/INST]"));
+  EXPECT_EQ(s[2].tokens, t.encode("plain"));
+  o.max_seq_length = 3;
+  const auto cut = load_calibration_dataset(p, t, o);
+  ASSERT_EQ(cut.size(), 3u);
+  EXPECT_EQ(cut[0].tokens, std::vector<std::int32_t>(s[0].tokens.begin(), s[0].tokens.begin() + 3));
+}
+
+TEST(Dataset, ChatMessagesErrors) {
+  test::TempDir d;
+  const auto t = chat_tokenizer(d);
+  auto message_of = [&](const std::string& name, const std::string& line) -> std::string {
+    try {
+      (void)load_calibration_dataset(write(d, name, line + "\n"), t, {});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_THROW(load_calibration_dataset(write(d, "a.jsonl", "{\"messages\": \"x\"}\n"), t, {}),
+               FormatError);
+  EXPECT_THROW(load_calibration_dataset(write(d, "b.jsonl", "{\"messages\": []}\n"), t, {}),
+               FormatError);
+  EXPECT_THROW(load_calibration_dataset(
+                   write(d, "c.jsonl", "{\"messages\": [{\"role\": \"user\"}]}\n"), t, {}),
+               FormatError);
+  EXPECT_THROW(load_calibration_dataset(
+                   write(d, "d.jsonl",
+                         "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                         "\"text\", \"text\": \"x\"}]}]}\n"),
+                   t, {}),
+               FormatError);
+  // The template rejects the conversation (Mistral Nemo: roles must alternate).
+  const std::string alternate = message_of(
+      "e.jsonl",
+      "{\"messages\": [{\"role\": \"assistant\", \"content\": \"A\"}, {\"role\": \"user\", "
+      "\"content\": \"U\"}]}");
+  EXPECT_NE(alternate.find("e.jsonl:1: chat template (Mistral Nemo): After the optional system"),
+            std::string::npos)
+      << alternate;
+  // Tool turns are not rendered.
+  const std::string tool =
+      message_of("f.jsonl",
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}, {\"role\": \"tool\", "
+                 "\"content\": \"r\"}]}");
+  EXPECT_NE(tool.find("f.jsonl:1: chat template (Mistral Nemo): role 'tool'"), std::string::npos)
+      << tool;
+  // A model without a template: the message says how to calibrate on pre-rendered text.
+  try {
+    (void)load_calibration_dataset(
+        write(d, "g.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"U\"}]}\n"),
+        tokenizer(), {});
+    ADD_FAILURE() << "no throw";
+  } catch (const NotSupported& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("g.jsonl:1: chat template: the tokenizer has no chat template"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("{\"text\": ...}"), std::string::npos) << what;
+  }
 }
 
 TEST(Dataset, Errors) {

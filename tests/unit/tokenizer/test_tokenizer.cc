@@ -7,8 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <ctime>
 #include <fstream>
+#include <functional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kvq/core/error.h"
@@ -314,6 +318,122 @@ TEST(ChatTemplate, RecognisesSmolLM2AndChatML) {
   } catch (const NotSupported& e) {
     EXPECT_NE(std::string(e.what()).find("ChatML"), std::string::npos) << e.what();
   }
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ChatTemplate family_template(const std::string& file, ChatSpecialTokens special = {}) {
+  return ChatTemplate(read_text(data("chat_templates/" + file)), std::move(special));
+}
+
+std::string expect_throw_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const NotSupported& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no NotSupported";
+  return "";
+}
+
+TEST(ChatTemplate, ToolTurnsAndUnknownTemplatesAreNotSupported) {
+  const ChatTemplate llama = family_template("meta-llama-Llama-3.1-8B-Instruct.jinja");
+  ASSERT_EQ(llama.kind(), ChatTemplate::Kind::kLlama3);
+  for (const char* role : {"tool", "ipython"}) {
+    const std::vector<ChatMessage> msgs = {{"user", "Q"}, {role, "{\"r\": 1}"}};
+    const std::string what = expect_throw_message([&] { (void)llama.render(msgs, true); });
+    EXPECT_NE(what.find("Llama 3.1/3.3"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::string("role '") + role + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find("tool"), std::string::npos) << what;
+  }
+  const std::vector<ChatMessage> user = {{"user", "Hi"}};
+  const ChatTemplate unknown("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_EQ(unknown.kind(), ChatTemplate::Kind::kUnknown);
+  EXPECT_EQ(unknown.family(), "");
+  const std::string what = expect_throw_message([&] { (void)unknown.render(user, true); });
+  for (const char* needle :
+       {"not one kvq recognises", "ChatML", "Llama 3.1/3.3", "Qwen3", "Gemma 3", "Phi-3.5",
+        "Mistral Nemo", "plain text (.txt)", "{\"text\": ...}", "pre-rendered"}) {
+    EXPECT_NE(what.find(needle), std::string::npos) << needle << " in: " << what;
+  }
+  const std::string none = expect_throw_message([&] { (void)ChatTemplate().render(user, true); });
+  EXPECT_NE(none.find("the tokenizer has no chat template"), std::string::npos) << none;
+  EXPECT_NE(none.find("pre-rendered"), std::string::npos) << none;
+}
+
+// Llama 3.1/3.3 print the template's fixed date unless a date_string is given; Llama 3.2 and
+// Mistral Small 3.2 print strftime_now, i.e. today's local date, unless options.today pins it.
+TEST(ChatTemplate, DatesAsTransformersPrintsThem) {
+  const std::vector<ChatMessage> user = {{"user", "Hi"}};
+  const ChatTemplate l31 = family_template("meta-llama-Llama-3.1-8B-Instruct.jinja",
+                                           {"<|begin_of_text|>", "<|eot_id|>"});
+  EXPECT_EQ(l31.render(user, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge "
+            "Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|"
+            "end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  ChatRenderOptions o;
+  o.date_string = "01 Jan 2000";
+  EXPECT_NE(l31.render(user, true, o).find("Today Date: 01 Jan 2000\n"), std::string::npos);
+
+  auto today = [](const char* format) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char buf[64];
+    std::strftime(buf, sizeof buf, format, &tm);
+    return std::string(buf);
+  };
+  const ChatTemplate l32 = family_template("meta-llama-Llama-3.2-3B-Instruct.jinja");
+  const std::string before = today("%d %b %Y");
+  const std::string got = l32.render(user, true);
+  const std::string after = today("%d %b %Y");
+  EXPECT_TRUE(got.find("Today Date: " + before + "\n") != std::string::npos ||
+              got.find("Today Date: " + after + "\n") != std::string::npos)
+      << got;
+  o = {};
+  o.today = ChatRenderOptions::Date{2024, 2, 9};
+  EXPECT_NE(l32.render(user, true, o).find("Today Date: 09 Feb 2024\n"), std::string::npos);
+  o.date_string = "x";  // the template variable wins over the clock
+  EXPECT_NE(l32.render(user, true, o).find("Today Date: x\n"), std::string::npos);
+
+  const ChatTemplate small =
+      family_template("Mistral-Small-3.2-24B-Instruct-2506.jinja", {"<s>", "</s>"});
+  ASSERT_EQ(small.kind(), ChatTemplate::Kind::kMistral);
+  const std::string day = today("%Y-%m-%d");
+  const std::string s = small.render(user, false);
+  EXPECT_TRUE(s.starts_with("<s>[SYSTEM_PROMPT]You are Mistral Small 3, ")) << s;
+  EXPECT_TRUE(s.ends_with("[/SYSTEM_PROMPT][INST]Hi[/INST]")) << s;
+  EXPECT_TRUE(s.find("The current date is " + day + ".") != std::string::npos ||
+              s.find("The current date is " + today("%Y-%m-%d") + ".") != std::string::npos);
+  o = {};
+  o.today = ChatRenderOptions::Date{2023, 11, 30};
+  o.today->month = 13;
+  EXPECT_THROW((void)small.render(user, false, o), InvalidArgument);
+}
+
+TEST(Tokenizer, ChatTemplateTakesSpecialTokensFromConfig) {
+  test::TempDir dir;
+  fs::copy_file(data("tiny_bytelevel.json"), dir / "tokenizer.json");
+  write_text(dir / "tokenizer_config.json",
+             json{{"bos_token", "<s>"},
+                  {"eos_token", {{"content", "</s>"}, {"special", true}}},
+                  {"chat_template",
+                   read_text(data("chat_templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"))}}
+                 .dump());
+  const Tokenizer t = Tokenizer::from_dir(dir.path());
+  EXPECT_EQ(t.chat_template_renderer().family(), "Mistral Nemo");
+  const std::vector<ChatMessage> msgs = {
+      {"system", "Sys"}, {"user", "hi"}, {"assistant", "yo"}, {"user", "ok"}};
+  const std::string text = t.apply_chat_template(msgs, true);
+  EXPECT_EQ(text, "<s>[INST]hi[/INST]yo</s>[INST]Sys\n\nok[/INST]");
+  const std::vector<int32_t> ids = t.encode(text);
+  EXPECT_EQ(ids.front(), 269);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 270), 1);
 }
 
 TEST(Tokenizer, ConcurrentEncodeIsConsistent) {
