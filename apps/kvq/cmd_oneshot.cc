@@ -148,8 +148,9 @@ void register_oneshot(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--dataset", a->dataset,
-                  "Calibration data: plain text, JSONL with \"text\", or GSM8K-style JSONL "
-                  "{question, answer}")
+                  "Calibration data: plain text, JSONL with \"text\", chat JSONL "
+                  "{\"messages\": [{role, content}]} (as ultrachat) or GSM8K-style JSONL "
+                  "{question, answer}; the last two are rendered with the model's chat template")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--num-calibration-samples", a->num_samples, "Samples to calibrate on")

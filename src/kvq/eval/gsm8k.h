@@ -112,7 +112,7 @@ struct Gsm8kResult {
 
 // The prompt string for test question `index` (the few-shot draws of questions 0..index-1 are
 // replayed), rendered with `chat_template` (a model's:
-// tok::ChatTemplate(tokenizer.chat_template())). InvalidArgument for an index out of range.
+// tokenizer.chat_template_renderer()). InvalidArgument for an index out of range.
 std::string gsm8k_prompt(const tok::ChatTemplate& chat_template,
                          const std::vector<Gsm8kExample>& test,
                          const std::vector<Gsm8kExample>& train, std::int64_t index,
