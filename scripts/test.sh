@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test from nothing: installs packages, builds (release and ASan+UBSan), fetches the
-# default model, then runs ctest: all labels in the release build, unit+golden under sanitizers.
+# default model, then runs ctest: all labels in the release build; unit, golden and the bad-input
+# CLI suite under sanitizers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh release
