@@ -258,6 +258,19 @@ std::uint16_t fp16_at(const std::vector<std::byte>& row, std::size_t offset) {
   return h;
 }
 
+// The block's largest magnitude and the value that has it (the first one on ties, sign kept).
+std::pair<float, float> block_extreme(const std::vector<float>& x, std::int64_t b0,
+                                      std::int64_t b1) {
+  float amax = 0.0f, m = 0.0f;
+  for (std::int64_t i = b0; i < b1; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      m = x[i];
+    }
+  }
+  return {amax, m};
+}
+
 // Hand-made blocks with fp16-exact scales: the codes, their bytes and the scale bytes.
 TEST(KvFormats, Int8G32LayoutAndValues) {
   std::vector<float> x(64, 0.0f);  // block 1 stays all zeros
@@ -326,13 +339,7 @@ TEST(KvFormats, GroupFormatsFollowTheirWrittenRule) {
         const auto offset = static_cast<std::size_t>(is8 ? n : (n + 1) / 2);
         for (std::int64_t b0 = 0; b0 < n; b0 += 32) {
           const std::int64_t b1 = std::min<std::int64_t>(n, b0 + 32);
-          float amax = 0.0f, m = 0.0f;
-          for (std::int64_t i = b0; i < b1; ++i) {
-            if (std::fabs(x[i]) > amax) {
-              amax = std::fabs(x[i]);
-              m = x[i];
-            }
-          }
+          const auto [amax, m] = block_extreme(x, b0, b1);
           const std::uint16_t h = f32_to_fp16(is8 ? amax / 127.0f : m / -8.0f);
           ASSERT_EQ(fp16_at(row, offset + 2 * static_cast<std::size_t>(b0 / 32)), h)
               << kv_format_name(f) << " n " << n << " block " << b0 / 32;
@@ -373,13 +380,7 @@ TEST(KvFormats, Int4G32MseSearchesTheClippingScale) {
         const auto offset = static_cast<std::size_t>((n + 1) / 2);
         for (std::int64_t b0 = 0; b0 < n; b0 += 32) {
           const std::int64_t b1 = std::min<std::int64_t>(n, b0 + 32);
-          float amax = 0.0f, m = 0.0f;
-          for (std::int64_t i = b0; i < b1; ++i) {
-            if (std::fabs(x[i]) > amax) {
-              amax = std::fabs(x[i]);
-              m = x[i];
-            }
-          }
+          const auto [amax, m] = block_extreme(x, b0, b1);
           const auto sse = [&](float d) {
             double e = 0.0;
             for (std::int64_t i = b0; i < b1; ++i) {
