@@ -145,7 +145,7 @@ QuantizationConfig resolve_quantization_modifier(const Json& mod, const std::str
   if (!mod.is_object()) fail<ConfigError>("{}: Input should be a valid dictionary", where);
   for (const auto& [key, value] : mod.items()) {
     if (std::find_if(std::begin(kFields), std::end(kFields),
-                     [&](const char* f) { return key == f; }) == std::end(kFields))
+                     [&key = key](const char* f) { return key == f; }) == std::end(kFields))
       fail<ConfigError>("{}: {}: Extra inputs are not permitted", where, key);
   }
   auto get = [&](const char* key) -> const Json* {
