@@ -1,4 +1,4 @@
-// Shared pieces of the libFuzzer harnesses (tests/fuzz/README.md).
+// Shared pieces of the libFuzzer harnesses (docs/reliability.md, "Fuzzing").
 //
 // A harness feeds the fuzz bytes to a real parsing entry point. kvq's documented failures (a
 // kvq::Error subclass: IoError, FormatError, ConfigError, InvalidArgument, NotSupported) are the

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "kvq/core/error.h"
+#include "kvq/core/strings.h"
 #include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/quant/json_util.h"
@@ -299,6 +300,17 @@ KeySmoothingArgs parse_key_smoothing(const Json& mod, const std::string& where) 
 }  // namespace
 
 Json yaml_to_json(std::string_view text, std::string_view source_name) {
+  // YAML is Unicode text (PyYAML refuses other bytes while reading). Checked before parsing: a
+  // string holding invalid UTF-8 could not be dumped into a message or a config later (nlohmann
+  // throws a type_error naming neither the file nor the key).
+  if (const std::size_t bad = find_invalid_utf8(text); bad != std::string_view::npos) {
+    const std::string_view before = text.substr(0, bad);
+    const std::size_t line_start = before.rfind('\n');
+    fail<FormatError>("{}:{}:{}: invalid YAML: not UTF-8 (byte 0x{:02x})", source_name,
+                      std::count(before.begin(), before.end(), '\n') + 1,
+                      bad - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1,
+                      static_cast<unsigned char>(text[bad]));
+  }
   try {
     YamlBudget budget{source_name};
     return yaml_node_to_json(YAML::Load(std::string(text)), budget, 0);
