@@ -7,6 +7,8 @@ set -euo pipefail
 harness="$1" corpus="$2" scratch="$3" artifacts="$4" seconds="$5"
 rm -rf "$scratch"
 mkdir -p "$scratch" "$artifacts"
+# The harnesses write each input to a scratch file: in memory where there is /dev/shm.
+[ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
 # The first directory receives new inputs: a scratch one, so the source tree stays untouched.
 exec "$harness" -max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 \
   -artifact_prefix="$artifacts/" -print_final_stats=1 "$scratch" "$corpus"
