@@ -42,7 +42,7 @@ for h in "${harnesses[@]}"; do
       -max_total_time="$left" -timeout=1 -rss_limit_mb=2048 -artifact_prefix="$corpus/" \
       -print_final_stats=1 "$work" "$corpus" >"$log" 2>&1 || rc=$?
     execs=$((execs + $(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)))
-    cpu=$(awk -v c="$cpu" '{print c + $1 + $2}' "$log.time")
+    cpu=$(tail -1 "$log.time" | awk -v c="$cpu" '{print c + $1 + $2}')  # after "exited with ..."
     [ "$rc" -eq 0 ] && break
     new=$(comm -13 <(echo "$before") <(ls "$corpus" | sort))
     if [ -n "$new" ] && [ "$(echo "$new" | grep -cv '^timeout-')" -eq 0 ]; then

@@ -40,5 +40,34 @@ TEST(RecipeBadInput, YamlThatIsNotUtf8IsAFormatErrorNamingTheRecipeAndLine) {
   }
 }
 
+// yaml-cpp turns a NUL into a lone 0x85 byte: the same type_error from forbid_extra's message
+// (fuzz crash-2083c98f...). Like PyYAML, kvq refuses the characters a YAML stream may not hold.
+TEST(RecipeBadInput, YamlWithNonPrintableCharactersIsAFormatErrorNamingThePlace) {
+  const std::string recipe = std::string(
+                                 "spinquant_stage:\n"
+                                 "  spinquant_modifiers:\n"
+                                 "    SpinQuantModifier:\n"
+                                 "      j") +
+                             '\0' + "x: max\n";
+  try {
+    (void)parse_recipe(recipe, "recipe.yaml");
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("recipe.yaml:4:8: invalid YAML: unacceptable character "
+                                         "U+0000: special characters are not allowed"),
+              std::string::npos)
+        << e.what();
+  }
+  // A C1 control (U+0080) and DEL too; tab, NEL (U+0085) and U+00A0 are allowed.
+  EXPECT_THROW((void)parse_recipe("a: x\xc2\x80\n", "r.yaml"), FormatError);
+  EXPECT_THROW((void)parse_recipe("a: x\x7f\n", "r.yaml"), FormatError);
+  try {
+    (void)parse_recipe("a:\tx\xc2\x85\xc2\xa0\n", "r.yaml");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("invalid YAML"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kvq::quant
