@@ -4,6 +4,9 @@
 #   scripts/setup.sh                    release build in build/ (everything: CLI, tests, benches)
 #   scripts/setup.sh asan               ASan+UBSan debug build in build-asan/
 #   scripts/setup.sh release kvq        only the named targets (scripts/demo.sh: just the CLI)
+#   scripts/setup.sh fuzz               libFuzzer harnesses in build-fuzz/ (clang; tests/fuzz/);
+#                                       exits 2 when clang with libFuzzer cannot be installed or
+#                                       does not work (scripts/test.sh then skips the fuzz tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
@@ -14,6 +17,10 @@ packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libopenblas-openmp-dev libcli11-dev libfmt-dev libpcre2-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev fonts-dejavu-core
   zlib1g-dev)
+# The fuzz preset builds with clang 14 (Debian 12's): libFuzzer and the sanitizer runtimes,
+# clang's OpenMP runtime, llvm-symbolizer for readable sanitizer reports.
+fuzz_packages=(clang libclang-rt-14-dev libomp-dev llvm)
+[ "$preset" = fuzz ] && packages+=("${fuzz_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,7 +32,21 @@ if [ "${#missing[@]}" -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if ! DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"; then
+    [ "$preset" = fuzz ] && { echo "setup: cannot install the fuzz toolchain (${fuzz_packages[*]})" >&2; exit 2; }
+    exit 1
+  fi
+fi
+if [ "$preset" = fuzz ]; then
+  probe="$(mktemp -d)"
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' >"$probe/p.cc"
+  if ! clang++ -fsanitize=fuzzer,address,undefined "$probe/p.cc" -o "$probe/p" 2>"$probe/err"; then
+    echo "setup: clang++ cannot build a libFuzzer harness: $(head -3 "$probe/err")" >&2
+    rm -rf "$probe"
+    exit 2
+  fi
+  rm -rf "$probe"
 fi
 
 jobs="$(nproc)"

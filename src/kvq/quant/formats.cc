@@ -72,7 +72,7 @@ using F16 = Plain<std::uint16_t, f32_to_fp16, fp16_to_f32>;
 float e4m3_lookup(std::uint8_t code) { return detail::kE4M3Table[code]; }
 
 // q = float8(clamp(x / scale + zp, ±kMax)).
-template <std::uint8_t (*Encode)(float), float (*Decode)(std::uint8_t), float kMax>
+template <std::uint8_t (*Encode)(float), float (*Decode)(std::uint8_t), const float& kMax>
 struct Fp8 {
   static void quantize(const RowCodec& c, const float* x, std::byte* out) {
     for (std::int64_t i = 0; i < c.n; ++i) {

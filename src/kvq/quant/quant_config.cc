@@ -22,8 +22,9 @@ QuantizationConfig QuantizationConfig::from_json(const Json& json, std::string_v
         if (!t.is_string()) fail<ConfigError>("{}: Input should be a valid string", ctx);
         targets.push_back(t.get<std::string>());
       }
-      c.config_groups.emplace_back(
-          name, with_context(ctx, [&] { return preset_name_to_scheme(name, std::move(targets)); }));
+      c.config_groups.emplace_back(name, with_context(ctx, [&, &name = name] {
+                                     return preset_name_to_scheme(name, std::move(targets));
+                                   }));
     } else {
       c.config_groups.emplace_back(name, QuantizationScheme::from_json(value, ctx));
     }

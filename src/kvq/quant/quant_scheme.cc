@@ -219,7 +219,7 @@ QuantizationScheme QuantizationScheme::from_json(const Json& json, std::string_v
                                   "format"};
   for (const auto& [key, value] : json.items()) {
     if (std::find_if(std::begin(kFields), std::end(kFields),
-                     [&](const char* f) { return key == f; }) == std::end(kFields))
+                     [&key = key](const char* f) { return key == f; }) == std::end(kFields))
       fail<ConfigError>("{}: {}: Extra inputs are not permitted", where, key);
   }
   QuantizationScheme s;

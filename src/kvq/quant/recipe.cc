@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "kvq/core/error.h"
+#include "kvq/core/strings.h"
 #include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/quant/json_util.h"
@@ -51,8 +52,50 @@ bool is_yaml_float(std::string_view text) {
          std::all_of(exponent.begin() + 1, exponent.end(), is_digit);
 }
 
-Json yaml_scalar(const YAML::Node& node) {
-  const std::string& text = node.Scalar();
+// YAML is Unicode text of printable characters: PyYAML's Reader refuses other bytes and
+// check_printable's NON_PRINTABLE characters (C0 controls but tab, LF and CR; DEL; C1 controls
+// but NEL; surrogates; U+FFFE/U+FFFF). Checked before yaml-cpp reads the text: it turns a NUL
+// into a lone 0x85 byte, and a string that is not UTF-8 cannot be dumped into a message or a
+// config later (nlohmann throws a type_error naming neither the file nor the key).
+void check_yaml_text(std::string_view text, std::string_view source_name) {
+  const auto where = [&](std::size_t at) {
+    const std::string_view before = text.substr(0, at);
+    const std::size_t line_start = before.rfind('\n');
+    return fmt::format("{}:{}:{}", source_name, std::count(before.begin(), before.end(), '\n') + 1,
+                       at - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1);
+  };
+  if (const std::size_t bad = find_invalid_utf8(text); bad != std::string_view::npos)
+    fail<FormatError>("{}: invalid YAML: not UTF-8 (byte 0x{:02x})", where(bad),
+                      static_cast<unsigned char>(text[bad]));
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    const std::size_t len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    char32_t c = len == 1 ? b : b & (0x7F >> len);
+    for (std::size_t k = 1; k < len; ++k)
+      c = (c << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+    const bool printable = c == 0x9 || c == 0xA || c == 0xD || (c >= 0x20 && c <= 0x7E) ||
+                           c == 0x85 || (c >= 0xA0 && c <= 0xD7FF) ||
+                           (c >= 0xE000 && c <= 0xFFFD) || c >= 0x10000;
+    if (!printable)
+      fail<FormatError>(
+          "{}: invalid YAML: unacceptable character U+{:04X}: special characters "
+          "are not allowed",
+          where(i), static_cast<std::uint32_t>(c));
+    i += len;
+  }
+}
+
+// A string yaml-cpp produced, checked again: whatever enters a Json value must be UTF-8.
+const std::string& yaml_string(const YAML::Node& node, std::string_view source_name) {
+  const std::string& s = node.Scalar();
+  if (find_invalid_utf8(s) != std::string::npos)
+    fail<FormatError>("{}:{}:{}: invalid YAML: the string \"{}\" is not UTF-8", source_name,
+                      node.Mark().line + 1, node.Mark().column + 1, escape_bytes(s));
+  return s;
+}
+
+Json yaml_scalar(const YAML::Node& node, std::string_view source_name) {
+  const std::string& text = yaml_string(node, source_name);
   if (node.Tag() == "!") return text;  // quoted: always a string
   if (is_one_of(text, {"~", "null", "Null", "NULL", ""})) return nullptr;
   if (is_one_of(text, {"yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"})) return true;
@@ -101,7 +144,7 @@ Json yaml_node_to_json(const YAML::Node& node, YamlBudget& budget, int depth) {
     case YAML::NodeType::Undefined:
       return nullptr;
     case YAML::NodeType::Scalar:
-      return yaml_scalar(node);
+      return yaml_scalar(node, budget.source_name);
     case YAML::NodeType::Sequence: {
       Json out = Json::array();
       for (const auto& item : node) out.push_back(yaml_node_to_json(item, budget, depth + 1));
@@ -110,7 +153,9 @@ Json yaml_node_to_json(const YAML::Node& node, YamlBudget& budget, int depth) {
     case YAML::NodeType::Map: {
       Json out = Json::object();
       for (const auto& kv : node)
-        out[kv.first.as<std::string>()] = yaml_node_to_json(kv.second, budget, depth + 1);
+        out[kv.first.IsScalar() ? yaml_string(kv.first, budget.source_name)
+                                : kv.first.as<std::string>()] =
+            yaml_node_to_json(kv.second, budget, depth + 1);
       return out;
     }
   }
@@ -145,7 +190,7 @@ QuantizationConfig resolve_quantization_modifier(const Json& mod, const std::str
   if (!mod.is_object()) fail<ConfigError>("{}: Input should be a valid dictionary", where);
   for (const auto& [key, value] : mod.items()) {
     if (std::find_if(std::begin(kFields), std::end(kFields),
-                     [&](const char* f) { return key == f; }) == std::end(kFields))
+                     [&key = key](const char* f) { return key == f; }) == std::end(kFields))
       fail<ConfigError>("{}: {}: Extra inputs are not permitted", where, key);
   }
   auto get = [&](const char* key) -> const Json* {
@@ -299,6 +344,7 @@ KeySmoothingArgs parse_key_smoothing(const Json& mod, const std::string& where) 
 }  // namespace
 
 Json yaml_to_json(std::string_view text, std::string_view source_name) {
+  check_yaml_text(text, source_name);
   try {
     YamlBudget budget{source_name};
     return yaml_node_to_json(YAML::Load(std::string(text)), budget, 0);

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds the `fuzz` preset (clang, libFuzzer, ASan+UBSan) and fuzzes each harness of tests/fuzz/
+# in turn for SECONDS (default 60), at the lowest CPU priority. New interesting inputs go to a
+# work corpus (build-fuzz/fuzz-corpus/<harness>/, kept between runs, seeded from the committed
+# one); a crash, leak, timeout (an input over 1 s) or out-of-memory (over 2 GB) input is written
+# into tests/fuzz/corpus/<harness>/ as crash-* / leak-* / timeout-* / oom-*: fix it at its root,
+# then commit the file (it becomes a regression input of `ctest --preset fuzz`).
+#
+# libFuzzer's timeout is wall-clock time: on a loaded machine a niced harness can be descheduled
+# past 1 s. A timeout input is therefore replayed at once, un-niced; when every replay runs well
+# under the limit, it is moved to build-fuzz/fuzz-unconfirmed/ (reported, not a finding) and
+# fuzzing goes on for the time left.
+#   tools/fuzz.sh [SECONDS] [HARNESS...]     e.g. tools/fuzz.sh 60; tools/fuzz.sh 600 gguf recipe
+# Prints per harness: executions, exec/s (per wall second), CPU seconds, coverage, findings.
+# Exits 1 if any harness found something.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-60}"
+shift || true
+harnesses=("$@")
+[ "${#harnesses[@]}" -gt 0 ] || harnesses=(safetensors gguf config tokenizer recipe dataset chat_template)
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$(nproc)"
+# The harnesses write each input to a scratch file: in memory where there is /dev/shm.
+[ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
+status=0
+for h in "${harnesses[@]}"; do
+  corpus="tests/fuzz/corpus/$h"
+  work="build-fuzz/fuzz-corpus/$h"
+  logdir="build-fuzz/fuzz-logs"
+  mkdir -p "$work" "$logdir" build-fuzz/fuzz-unconfirmed
+  echo "fuzz: $h for ${seconds}s (logs $logdir/$h.*.log)"
+  start=$(date +%s) execs=0 cpu=0 segment=0 found=""
+  while :; do
+    left=$((seconds - ($(date +%s) - start)))
+    [ "$left" -gt 0 ] || break
+    segment=$((segment + 1))
+    log="$logdir/$h.$segment.log"
+    before=$(ls "$corpus" | sort)
+    rc=0
+    /usr/bin/time -f "%U %S" -o "$log.time" nice -n 19 "build-fuzz/tests/fuzz/fuzz_$h" \
+      -max_total_time="$left" -timeout=1 -rss_limit_mb=2048 -artifact_prefix="$corpus/" \
+      -print_final_stats=1 "$work" "$corpus" >"$log" 2>&1 || rc=$?
+    execs=$((execs + $(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)))
+    cpu=$(tail -1 "$log.time" | awk -v c="$cpu" '{print c + $1 + $2}')  # after "exited with ..."
+    [ "$rc" -eq 0 ] && break
+    new=$(comm -13 <(echo "$before") <(ls "$corpus" | sort))
+    if [ -n "$new" ] && [ "$(echo "$new" | grep -cv '^timeout-')" -eq 0 ]; then
+      confirmed=""
+      for f in $new; do
+        if "build-fuzz/tests/fuzz/fuzz_$h" -timeout=1 -runs=3 "$corpus/$f" >"$log.replay" 2>&1; then
+          echo "fuzz: $h: $f took over 1 s under load but not when replayed: build-fuzz/fuzz-unconfirmed/"
+          mv "$corpus/$f" build-fuzz/fuzz-unconfirmed/
+        else
+          confirmed="$confirmed $f"
+        fi
+      done
+      [ -z "$confirmed" ] && continue
+    fi
+    found="$new"
+    break
+  done
+  wall=$(($(date +%s) - start))
+  cov=$(grep -oE "cov: [0-9]+ ft: [0-9]+ corp: [0-9]+" "$logdir/$h.$segment.log" | tail -1 || true)
+  echo "fuzz: $h: $execs executions in ${wall}s ($((execs / (wall > 0 ? wall : 1))) exec/s), ${cpu} CPU s, $cov"
+  if [ -n "$found" ]; then
+    echo "fuzz: $h FOUND: $found (in $corpus/; see $logdir/$h.$segment.log)"
+    status=1
+  elif [ "$rc" -ne 0 ]; then
+    echo "fuzz: $h: the harness failed without an artifact; see $logdir/$h.$segment.log"
+    status=1
+  fi
+done
+exit "$status"
