@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 namespace kvq::test {
 namespace fs = std::filesystem;
@@ -22,6 +24,13 @@ fs::path kvq_home() {
 fs::path default_gguf() { return kvq_home() / "SmolLM2-135M-Instruct.Q4_1.gguf"; }
 fs::path default_model_dir() { return kvq_home() / "SmolLM2-135M-Instruct"; }
 fs::path kvq_binary() { return KVQ_BINARY; }
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 bool require_model() {
   const char* env = std::getenv("KVQ_REQUIRE_MODEL");

@@ -14,6 +14,8 @@ std::filesystem::path kvq_home();           // $KVQ_HOME or ~/.cache/kvq
 std::filesystem::path default_gguf();       // kvq_home()/SmolLM2-135M-Instruct.Q4_1.gguf
 std::filesystem::path default_model_dir();  // kvq_home()/SmolLM2-135M-Instruct (converted)
 std::filesystem::path kvq_binary();         // the built CLI
+// The whole file as bytes ("" when it cannot be read): for checking that outputs left inputs alone.
+std::string read_bytes(const std::filesystem::path& path);
 
 // Model tests skip when the default model is absent, unless KVQ_REQUIRE_MODEL=1 (set by
 // scripts/test.sh, which fetches it first), in which case they fail.

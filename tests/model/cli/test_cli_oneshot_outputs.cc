@@ -16,12 +16,7 @@ namespace kvq::test {
 namespace {
 namespace fs = std::filesystem;
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read(const fs::path& p) { return read_bytes(p); }
 
 TEST(CliOneshot, OutputsThatWouldOverwriteAnInputAreRefused) {
   TempDir tmp;
