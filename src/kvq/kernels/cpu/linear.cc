@@ -15,7 +15,6 @@
 namespace kvq::kernels {
 namespace {
 
-constexpr std::int64_t kRowsPerBlock = 4;
 constexpr std::int64_t kMinParallelWork = 1 << 16;
 
 // Every row kernel below is a template over the weight element: float, or std::uint16_t holding
@@ -54,52 +53,6 @@ __attribute__((target("avx2,fma"))) inline __m256 load8(const std::uint16_t* p) 
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
 }
 
-template <class W>
-__attribute__((target("avx2,fma"))) void gemv_rows_avx2(const W* w, const float* x, float* y,
-                                                        std::int64_t r0, std::int64_t r1,
-                                                        std::int64_t k) {
-  const std::int64_t k8 = k / 8 * 8;
-  std::int64_t r = r0;
-  for (; r + kRowsPerBlock <= r1; r += kRowsPerBlock) {
-    const W* w0 = w + r * k;
-    const W* w1 = w0 + k;
-    const W* w2 = w1 + k;
-    const W* w3 = w2 + k;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    for (std::int64_t c = 0; c < k8; c += 8) {
-      const __m256 xv = _mm256_loadu_ps(x + c);
-      a0 = _mm256_fmadd_ps(load8(w0 + c), xv, a0);
-      a1 = _mm256_fmadd_ps(load8(w1 + c), xv, a1);
-      a2 = _mm256_fmadd_ps(load8(w2 + c), xv, a2);
-      a3 = _mm256_fmadd_ps(load8(w3 + c), xv, a3);
-    }
-    float s0 = hsum256(a0), s1 = hsum256(a1), s2 = hsum256(a2), s3 = hsum256(a3);
-    // The k tail as explicit FMAs: left to -ffp-contract, GCC contracted it in one
-    // instantiation and not the other, and bf16 weights must give the fp32 kernel's bits.
-    for (std::int64_t c = k8; c < k; ++c) {
-      s0 = std::fma(widen(w0[c]), x[c], s0);
-      s1 = std::fma(widen(w1[c]), x[c], s1);
-      s2 = std::fma(widen(w2[c]), x[c], s2);
-      s3 = std::fma(widen(w3[c]), x[c], s3);
-    }
-    y[r] = s0;
-    y[r + 1] = s1;
-    y[r + 2] = s2;
-    y[r + 3] = s3;
-  }
-  for (; r < r1; ++r) {
-    const W* wr = w + r * k;
-    __m256 a = _mm256_setzero_ps();
-    for (std::int64_t c = 0; c < k8; c += 8) {
-      a = _mm256_fmadd_ps(load8(wr + c), _mm256_loadu_ps(x + c), a);
-    }
-    float s = hsum256(a);
-    for (std::int64_t c = k8; c < k; ++c) s = std::fma(widen(wr[c]), x[c], s);
-    y[r] = s;
-  }
-}
-
 // Horizontal sum (GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized in its own header).
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline float hsum512(__m512 v) {
   alignas(64) float lanes[16];
@@ -134,75 +87,17 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 load16(
 }
 #pragma GCC diagnostic pop
 
-// Four rows at a time, two accumulators per row (8 independent FMA chains hide the latency);
-// the k tail is a masked load, so any k works.
-template <class W>
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void gemv_rows_avx512(
-    const W* w, const float* x, float* y, std::int64_t r0, std::int64_t r1, std::int64_t k) {
-  const std::int64_t k32 = k / 32 * 32;
-  const std::int64_t k16 = k / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (k - k16)) - 1u);
-  std::int64_t r = r0;
-  for (; r + kRowsPerBlock <= r1; r += kRowsPerBlock) {
-    const W* w0 = w + r * k;
-    const W* w1 = w0 + k;
-    const W* w2 = w1 + k;
-    const W* w3 = w2 + k;
-    __m512 a0 = _mm512_setzero_ps(), b0 = _mm512_setzero_ps();
-    __m512 a1 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-    __m512 a2 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps();
-    __m512 a3 = _mm512_setzero_ps(), b3 = _mm512_setzero_ps();
-    std::int64_t c = 0;
-    for (; c < k32; c += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + c);
-      const __m512 x1 = _mm512_loadu_ps(x + c + 16);
-      a0 = _mm512_fmadd_ps(load16(w0 + c), x0, a0);
-      b0 = _mm512_fmadd_ps(load16(w0 + c + 16), x1, b0);
-      a1 = _mm512_fmadd_ps(load16(w1 + c), x0, a1);
-      b1 = _mm512_fmadd_ps(load16(w1 + c + 16), x1, b1);
-      a2 = _mm512_fmadd_ps(load16(w2 + c), x0, a2);
-      b2 = _mm512_fmadd_ps(load16(w2 + c + 16), x1, b2);
-      a3 = _mm512_fmadd_ps(load16(w3 + c), x0, a3);
-      b3 = _mm512_fmadd_ps(load16(w3 + c + 16), x1, b3);
-    }
-    for (; c < k16; c += 16) {
-      const __m512 x0 = _mm512_loadu_ps(x + c);
-      a0 = _mm512_fmadd_ps(load16(w0 + c), x0, a0);
-      a1 = _mm512_fmadd_ps(load16(w1 + c), x0, a1);
-      a2 = _mm512_fmadd_ps(load16(w2 + c), x0, a2);
-      a3 = _mm512_fmadd_ps(load16(w3 + c), x0, a3);
-    }
-    if (tail) {
-      const __m512 x0 = _mm512_maskz_loadu_ps(tail, x + c);
-      a0 = _mm512_fmadd_ps(load16(tail, w0 + c), x0, a0);
-      a1 = _mm512_fmadd_ps(load16(tail, w1 + c), x0, a1);
-      a2 = _mm512_fmadd_ps(load16(tail, w2 + c), x0, a2);
-      a3 = _mm512_fmadd_ps(load16(tail, w3 + c), x0, a3);
-    }
-    y[r] = hsum512(_mm512_add_ps(a0, b0));
-    y[r + 1] = hsum512(_mm512_add_ps(a1, b1));
-    y[r + 2] = hsum512(_mm512_add_ps(a2, b2));
-    y[r + 3] = hsum512(_mm512_add_ps(a3, b3));
-  }
-  for (; r < r1; ++r) {
-    const W* wr = w + r * k;
-    __m512 a = _mm512_setzero_ps();
-    std::int64_t c = 0;
-    for (; c < k16; c += 16) a = _mm512_fmadd_ps(load16(wr + c), _mm512_loadu_ps(x + c), a);
-    if (tail) {
-      a = _mm512_fmadd_ps(load16(tail, wr + c), _mm512_maskz_loadu_ps(tail, x + c), a);
-    }
-    y[r] = hsum512(a);
-  }
-}
-
-// ---- Batched GEMV: m inputs against one weight matrix, each weight row read once. ----
+// ---- GEMV, one input or several: one weight row at a time. ----
 //
-// Rows [r0, r1) of y [m, ldy] = x [m, k] · Wᵀ. For every input the arithmetic is exactly that of
-// the gemv_rows_* kernel of the same ISA (same accumulators, same order, same horizontal sums),
-// so row i of the result is bit-identical to gemv(W, x_i): decoding several sequences at once
-// gives each the logits it would get alone. Inputs go in groups of up to kBatchGroup; the weight
-// row stays in L1 between groups.
+// Rows [r0, r1) of y [m, ldy] = x [m, k] · Wᵀ (m = 1: the plain GEMV). The kernels walk W one
+// row after the other, so a range of rows is ONE sequential stream through memory: on the AMD
+// EPYC host of docs/benchmarks.md, DRAM-resident bf16 weights stream at 20 GB/s that way against
+// 8 GB/s when four rows were read side by side (four short interleaved streams defeat the
+// hardware prefetcher; measured 2026-12-05, issue 22). Every input gets the same arithmetic
+// whatever m is (same accumulators, same order, same horizontal sums), so row i of a batched
+// result is bit-identical to gemv(W, x_i): decoding several sequences at once gives each the
+// logits it would get alone. Inputs go in groups of up to kBatchGroup; the weight row stays in
+// L1 between groups.
 constexpr int kBatchGroup = 8;
 
 template <class W>
@@ -215,8 +110,9 @@ void gemv_batch_rows_scalar(const W* w, const float* x, float* y, std::int64_t m
   }
 }
 
-// One weight row against M inputs, as gemv_rows_avx2 does it for each: one 8-wide accumulator,
-// hsum256, then the k tail as scalar FMAs.
+// One weight row against M inputs: one 8-wide accumulator each, hsum256, then the k tail as
+// explicit scalar FMAs (left to -ffp-contract, GCC contracted it in one instantiation and not the
+// other, and bf16 weights must give the fp32 kernel's bits).
 template <int M, class W>
 __attribute__((target("avx2,fma"))) inline void batch_row_avx2(const W* wr, const float* x,
                                                                std::int64_t k, float* y,
@@ -237,10 +133,9 @@ __attribute__((target("avx2,fma"))) inline void batch_row_avx2(const W* wr, cons
   }
 }
 
-// One weight row against M inputs, as gemv_rows_avx512 does it for each: rows inside a 4-row
-// block use two accumulators (even / odd 16-lane halves of each 32-wide step), the remainder
-// rows of a range use one.
-template <int M, bool kTwoAccumulators, class W>
+// One weight row against M inputs: two accumulators each (even / odd 16-lane halves of every
+// 32-wide step: two independent FMA chains keep up with DRAM), the k tail a masked load.
+template <int M, class W>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void batch_row_avx512(
     const W* wr, const float* x, std::int64_t k, float* y, std::int64_t ldy) {
   const std::int64_t k32 = k / 32 * 32;
@@ -250,15 +145,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void batch_row_a
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) a[i] = b[i] = _mm512_setzero_ps();
   std::int64_t c = 0;
-  if constexpr (kTwoAccumulators) {
-    for (; c < k32; c += 32) {
-      const __m512 w0 = load16(wr + c);
-      const __m512 w1 = load16(wr + c + 16);
+  for (; c < k32; c += 32) {
+    const __m512 w0 = load16(wr + c);
+    const __m512 w1 = load16(wr + c + 16);
 #pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) {
-        a[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i * k + c), a[i]);
-        b[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i * k + c + 16), b[i]);
-      }
+    for (int i = 0; i < M; ++i) {
+      a[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i * k + c), a[i]);
+      b[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i * k + c + 16), b[i]);
     }
   }
   for (; c < k16; c += 16) {
@@ -273,9 +166,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void batch_row_a
       a[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(tail, x + i * k + c), a[i]);
     }
   }
-  for (int i = 0; i < M; ++i) {
-    y[i * ldy] = kTwoAccumulators ? hsum512(_mm512_add_ps(a[i], b[i])) : hsum512(a[i]);
-  }
+  for (int i = 0; i < M; ++i) y[i * ldy] = hsum512(_mm512_add_ps(a[i], b[i]));
 }
 
 // The group size as a template argument (a lambda would lose the target attribute).
@@ -328,25 +219,29 @@ template <class W>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void gemv_batch_rows_avx512(
     const W* w, const float* x, float* y, std::int64_t m, std::int64_t ldy, std::int64_t r0,
     std::int64_t r1, std::int64_t k) {
-  // gemv_rows_avx512's split: whole 4-row blocks from r0, then the remainder rows.
-  const std::int64_t blocked_end = r0 + (r1 - r0) / kRowsPerBlock * kRowsPerBlock;
   for (std::int64_t r = r0; r < r1; ++r) {
     for (std::int64_t i0 = 0; i0 < m; i0 += kBatchGroup) {
       const W* wr = w + r * k;
       const float* xg = x + i0 * k;
       float* yr = y + i0 * ldy + r;
-      const std::int64_t g = std::min<std::int64_t>(kBatchGroup, m - i0);
-      if (r < blocked_end) {
-#define KVQ_CALL(M) batch_row_avx512<M, true>(wr, xg, k, yr, ldy)
-        KVQ_BATCH_GROUP_SWITCH(g, KVQ_CALL)
+#define KVQ_CALL(M) batch_row_avx512<M>(wr, xg, k, yr, ldy)
+      KVQ_BATCH_GROUP_SWITCH(std::min<std::int64_t>(kBatchGroup, m - i0), KVQ_CALL)
 #undef KVQ_CALL
-      } else {
-#define KVQ_CALL(M) batch_row_avx512<M, false>(wr, xg, k, yr, ldy)
-        KVQ_BATCH_GROUP_SWITCH(g, KVQ_CALL)
-#undef KVQ_CALL
-      }
     }
   }
+}
+
+// The single-input GEMV: rows [r0, r1) of y [n] = W·x.
+template <class W>
+__attribute__((target("avx2,fma"))) void gemv_rows_avx2(const W* w, const float* x, float* y,
+                                                        std::int64_t r0, std::int64_t r1,
+                                                        std::int64_t k) {
+  for (std::int64_t r = r0; r < r1; ++r) batch_row_avx2<1>(w + r * k, x, k, y + r, 0);
+}
+template <class W>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void gemv_rows_avx512(
+    const W* w, const float* x, float* y, std::int64_t r0, std::int64_t r1, std::int64_t k) {
+  for (std::int64_t r = r0; r < r1; ++r) batch_row_avx512<1>(w + r * k, x, k, y + r, 0);
 }
 #undef KVQ_BATCH_GROUP_SWITCH
 
@@ -384,8 +279,8 @@ GemvRows<W> rows_kernel(Isa isa) {
 }
 
 // Calls rows(r0, r1) over [0, n) in chunks of 64 rows, on up to num_threads() threads when the
-// work (multiply-adds) pays for a parallel region. 64 is a multiple of kRowsPerBlock, so the
-// kernels' 4-row blocks and remainder rows are the same whatever the thread count.
+// work (multiply-adds) pays for a parallel region. Each thread gets one contiguous range of
+// chunks (schedule(static)), i.e. one sequential stream of weight rows.
 template <class Rows>
 void for_row_chunks(std::int64_t n, std::int64_t work, Rows&& rows) {
   // Enough work per OpenMP chunk to amortise the scheduling, fine enough to balance 2..16
