@@ -99,8 +99,8 @@ TEST(Linear, SingleRowUsesGemv) {
 }
 
 // Batched GEMV (a decode step of several sequences): every row equals the single-input GEMV of
-// the same ISA bit for bit, for m below, at and above one group of 8, n around the 4-row blocks
-// and 64-row chunks (remainder rows take the one-accumulator path), k around every SIMD step.
+// the same ISA bit for bit, for m below, at and above one group of 8, n around the 64-row
+// chunks, k around every SIMD step.
 TEST(GemvBatch, EveryRowEqualsSingleGemvBitForBit) {
   const std::int64_t ms[] = {1, 2, 3, 5, 8, 9, 13};
   for (Isa isa : supported_isas()) {

@@ -50,7 +50,7 @@ struct Dims {
   std::int64_t n, k;
 };
 // k below, at and around multiples of 8 / 16 / 32 (the AVX2, AVX-512 and unrolled steps), n
-// around the 4-row blocks and the 64-row OpenMP chunks, n = 1, and the default model's shapes.
+// around the 64-row OpenMP chunks, n = 1, and the default model's shapes.
 const Dims kDims[] = {{1, 1},  {3, 7},     {4, 8},      {4, 16},   {5, 15},
                       {1, 17}, {17, 33},   {64, 64},    {63, 65},  {130, 31},
                       {9, 47}, {576, 576}, {200, 1536}, {1, 1000}, {65, 100}};
