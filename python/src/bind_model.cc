@@ -27,7 +27,8 @@ struct TokenInput {
 };
 
 TokenInput to_tokens(pyb::handle input_ids) {
-  auto a = pyb::array_t<std::int64_t, pyb::array::c_style | pyb::array::forcecast>::ensure(input_ids);
+  auto a =
+      pyb::array_t<std::int64_t, pyb::array::c_style | pyb::array::forcecast>::ensure(input_ids);
   if (!a) throw pyb::type_error("input_ids: expected a list or array of token ids");
   if (a.ndim() != 1 && a.ndim() != 2)
     fail<InvalidArgument>("input_ids: expected 1 or 2 dimensions, got {}", a.ndim());
@@ -36,7 +37,8 @@ TokenInput to_tokens(pyb::handle input_ids) {
   t.batch = t.batched ? a.shape(0) : 1;
   const std::int64_t* p = a.data();
   for (pyb::ssize_t i = 0; i < a.size(); ++i) {
-    if (p[i] < 0 || p[i] > INT32_MAX) fail<InvalidArgument>("input_ids: token id {} out of range", p[i]);
+    if (p[i] < 0 || p[i] > INT32_MAX)
+      fail<InvalidArgument>("input_ids: token id {} out of range", p[i]);
     t.ids.push_back(static_cast<std::int32_t>(p[i]));
   }
   return t;
@@ -93,8 +95,9 @@ PyHookHandle register_hook(const PyModule& m, model::StatesKind kind, pyb::funct
     bool same = a.ndim() == 4;
     for (int d = 0; same && d < 4; ++d) same = a.shape(d) == shape[static_cast<std::size_t>(d)];
     if (!same)
-      fail<InvalidArgument>("{}: a hook returned an array of another shape than the states' [{}, {}, {}, {}]",
-                            module.name(), s.batch, s.heads, s.tokens, s.head_dim);
+      fail<InvalidArgument>(
+          "{}: a hook returned an array of another shape than the states' [{}, {}, {}, {}]",
+          module.name(), s.batch, s.heads, s.tokens, s.head_dim);
     if (a.data() != s.data)
       std::memcpy(s.data, a.data(), static_cast<std::size_t>(s.numel()) * sizeof(float));
   };
@@ -133,12 +136,12 @@ pyb::object quantization_attribute(const PyModule& m, const std::string& name) {
     if (name == std::string(1, base) + "_scale") {
       pyb::array_t<float> a(shape);
       std::copy(p->scale.begin(), p->scale.end(), a.mutable_data());
-      return std::move(a);
+      return a;
     }
     if (name == std::string(1, base) + "_zero_point" && p->zero_point) {
       pyb::array_t<float> a(shape);
       std::copy(p->zero_point->begin(), p->zero_point->end(), a.mutable_data());
-      return std::move(a);
+      return a;
     }
   }
   return missing();
@@ -156,32 +159,40 @@ pyb::list named_modules(const ModelPtr& model) {
 pyb::array packed_view(pyb::object self, const model::KvBuffer& buf, const model::KvCache& c) {
   const kernels::KvRowsView first = buf.rows(0, 0);
   const pyb::ssize_t rb = buf.row_bytes();
-  pyb::array a(pyb::dtype::of<std::uint8_t>(),
-               std::vector<pyb::ssize_t>{c.batch(), c.kv_heads(), c.length(), rb},
-               std::vector<pyb::ssize_t>{c.kv_heads() * c.capacity() * rb, c.capacity() * rb, rb, 1},
-               first.data, self);
+  pyb::array a(
+      pyb::dtype::of<std::uint8_t>(),
+      std::vector<pyb::ssize_t>{c.batch(), c.kv_heads(), c.length(), rb},
+      std::vector<pyb::ssize_t>{c.kv_heads() * c.capacity() * rb, c.capacity() * rb, rb, 1},
+      first.data, self);
   a.attr("setflags")(pyb::arg("write") = false);
   return a;
 }
 
 pyb::array_t<float> decoded(const model::KvBuffer& buf, const model::KvCache& c) {
   const std::vector<float> v = buf.read(c.length());
-  pyb::array_t<float> a(std::vector<pyb::ssize_t>{c.batch(), c.kv_heads(), c.length(), c.head_dim()});
+  pyb::array_t<float> a(
+      std::vector<pyb::ssize_t>{c.batch(), c.kv_heads(), c.length(), c.head_dim()});
   std::copy(v.begin(), v.end(), a.mutable_data());
   return a;
 }
 
 pyb::dict stream_params(const model::KvBuffer& buf, std::int64_t kv_heads) {
-  pyb::array_t<float> scale(kv_heads), zero(kv_heads), global(kv_heads);
+  std::vector<float> scale, zero, global;
   for (std::int64_t h = 0; h < kv_heads; ++h) {
-    scale.mutable_at(h) = buf.scale(h);
-    zero.mutable_at(h) = buf.zero_point(h);
-    global.mutable_at(h) = buf.global_scale(h);
+    scale.push_back(buf.scale(h));
+    zero.push_back(buf.zero_point(h));
+    global.push_back(buf.global_scale(h));
   }
+  auto array = [](const std::vector<float>& v) {
+    // Shape given as a vector: pybind11 2.10's array_t(count, ptr) made a stride-0 array here.
+    pyb::array_t<float> a(std::vector<pyb::ssize_t>{static_cast<pyb::ssize_t>(v.size())});
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+  };
   pyb::dict d;
-  d["scale"] = scale;
-  d["zero_point"] = zero;
-  d["global_scale"] = global;
+  d["scale"] = array(scale);
+  d["zero_point"] = array(zero);
+  d["global_scale"] = array(global);
   return d;
 }
 
@@ -220,7 +231,8 @@ ModelPtr as_model(pyb::handle model_or_path) {
 void bind_model(pyb::module_& m) {
   pyb::class_<PyHookHandle>(m, "RemovableHandle",
                             "Returned by register_*_hook; remove() unregisters the hook.")
-      .def("remove", [](PyHookHandle& h) { h.handle.remove(); }, "Unregisters (idempotent).")
+      .def(
+          "remove", [](PyHookHandle& h) { h.handle.remove(); }, "Unregisters (idempotent).")
       .def_property_readonly("active", [](const PyHookHandle& h) { return h.handle.active(); })
       .def("__enter__", [](pyb::object self) { return self; })
       .def("__exit__", [](PyHookHandle& h, pyb::args) { h.handle.remove(); });
@@ -231,32 +243,32 @@ void bind_model(pyb::module_& m) {
       .def_property_readonly("class_name", [](const PyModule& s) { return s.module->class_name(); })
       .def_property_readonly("class_hierarchy",
                              [](const PyModule& s) { return s.module->class_hierarchy(); })
-      .def_property_readonly("is_attention", [](const PyModule& s) {
-        return dynamic_cast<AttentionModule*>(s.module) != nullptr;
-      })
-      .def("named_modules",
-           [](const PyModule& s) {
-             pyb::list out;
-             const std::string prefix = s.module->name().empty() ? "" : s.module->name() + ".";
-             for (model::Module* mod : s.module->named_modules()) {
-               const std::string rel =
-                   mod == s.module ? "" : mod->name().substr(prefix.size());
-               out.append(pyb::make_tuple(rel, PyModule{s.owner, mod}));
-             }
-             return out;
-           },
-           "(relative name, module) pairs of this module and its descendants, pre-order.")
-      .def_property_readonly("layer_idx",
-                             [](const PyModule& s) { return attention_of(s, "layer_idx")->layer_idx(); })
-      .def_property_readonly("num_heads",
-                             [](const PyModule& s) { return attention_of(s, "num_heads")->num_heads(); })
-      .def_property_readonly("num_kv_heads", [](const PyModule& s) {
-        return attention_of(s, "num_kv_heads")->num_kv_heads();
-      })
-      .def_property_readonly("head_dim",
-                             [](const PyModule& s) { return attention_of(s, "head_dim")->head_dim(); })
-      .def_property_readonly("num_hooks",
-                             [](const PyModule& s) { return attention_of(s, "num_hooks")->num_hooks(); })
+      .def_property_readonly(
+          "is_attention",
+          [](const PyModule& s) { return dynamic_cast<AttentionModule*>(s.module) != nullptr; })
+      .def(
+          "named_modules",
+          [](const PyModule& s) {
+            pyb::list out;
+            const std::string prefix = s.module->name().empty() ? "" : s.module->name() + ".";
+            for (model::Module* mod : s.module->named_modules()) {
+              const std::string rel = mod == s.module ? "" : mod->name().substr(prefix.size());
+              out.append(pyb::make_tuple(rel, PyModule{s.owner, mod}));
+            }
+            return out;
+          },
+          "(relative name, module) pairs of this module and its descendants, pre-order.")
+      .def_property_readonly(
+          "layer_idx", [](const PyModule& s) { return attention_of(s, "layer_idx")->layer_idx(); })
+      .def_property_readonly(
+          "num_heads", [](const PyModule& s) { return attention_of(s, "num_heads")->num_heads(); })
+      .def_property_readonly(
+          "num_kv_heads",
+          [](const PyModule& s) { return attention_of(s, "num_kv_heads")->num_kv_heads(); })
+      .def_property_readonly(
+          "head_dim", [](const PyModule& s) { return attention_of(s, "head_dim")->head_dim(); })
+      .def_property_readonly(
+          "num_hooks", [](const PyModule& s) { return attention_of(s, "num_hooks")->num_hooks(); })
       .def("__getattr__", &quantization_attribute)
       .def("__eq__", [](const PyModule& a, const PyModule& b) { return a.module == b.module; })
       .def("__hash__", [](const PyModule& s) { return std::hash<const void*>()(s.module); })
@@ -266,132 +278,228 @@ void bind_model(pyb::module_& m) {
 
   pyb::class_<PyCache>(m, "KvCache",
                        "A KV cache (Model.make_cache): packed low-bit K / V rows and their scales.")
-      .def_property_readonly("length", [](const PyCache& c) { return c.cache.length(); })
-      .def_property_readonly("capacity", [](const PyCache& c) { return c.cache.capacity(); })
-      .def_property_readonly("layers", [](const PyCache& c) { return c.cache.layers(); })
-      .def_property_readonly("batch", [](const PyCache& c) { return c.cache.batch(); })
-      .def_property_readonly("kv_heads", [](const PyCache& c) { return c.cache.kv_heads(); })
-      .def_property_readonly("head_dim", [](const PyCache& c) { return c.cache.head_dim(); })
-      .def_property_readonly("format",
-                             [](const PyCache& c) { return std::string(quant::kv_format_name(c.cache.format())); })
-      .def_property_readonly("label", [](const PyCache& c) { return c.cache.config().label(); })
-      .def_property_readonly("bytes_per_token", [](const PyCache& c) { return c.cache.bytes_per_token(); })
-      .def("keys", [](pyb::object self, std::int64_t layer) {
-             const auto& c = self.cast<PyCache&>().cache;
-             return packed_view(self, c.keys(layer), c);
-           }, pyb::arg("layer"),
-           "Layer's packed K rows: read-only uint8 view [batch, kv_heads, length, row_bytes].")
-      .def("values", [](pyb::object self, std::int64_t layer) {
-             const auto& c = self.cast<PyCache&>().cache;
-             return packed_view(self, c.values(layer), c);
-           }, pyb::arg("layer"), "Layer's packed V rows (as keys()).")
-      .def("key_params", [](const PyCache& c, std::int64_t layer) {
-             return stream_params(c.cache.keys(layer), c.cache.kv_heads());
-           }, pyb::arg("layer"), "{scale, zero_point, global_scale}: float32 [kv_heads] each.")
-      .def("value_params", [](const PyCache& c, std::int64_t layer) {
-             return stream_params(c.cache.values(layer), c.cache.kv_heads());
-           }, pyb::arg("layer"))
-      .def("read_keys", [](const PyCache& c, std::int64_t layer) { return decoded(c.cache.keys(layer), c.cache); },
-           pyb::arg("layer"), "Decoded K: float32 [batch, kv_heads, length, head_dim] (a copy).")
-      .def("read_values", [](const PyCache& c, std::int64_t layer) { return decoded(c.cache.values(layer), c.cache); },
-           pyb::arg("layer"))
-      .def("reset", [](PyCache& c) { c.cache.reset(); }, "Forgets every token.");
+      .def_property_readonly("length", [](const PyCache& c) { return c.cache->length(); })
+      .def_property_readonly("capacity", [](const PyCache& c) { return c.cache->capacity(); })
+      .def_property_readonly("layers", [](const PyCache& c) { return c.cache->layers(); })
+      .def_property_readonly("batch", [](const PyCache& c) { return c.cache->batch(); })
+      .def_property_readonly("kv_heads", [](const PyCache& c) { return c.cache->kv_heads(); })
+      .def_property_readonly("head_dim", [](const PyCache& c) { return c.cache->head_dim(); })
+      .def_property_readonly(
+          "format",
+          [](const PyCache& c) { return std::string(quant::kv_format_name(c.cache->format())); })
+      .def_property_readonly("label", [](const PyCache& c) { return c.cache->config().label(); })
+      .def_property_readonly("bytes_per_token",
+                             [](const PyCache& c) { return c.cache->bytes_per_token(); })
+      .def(
+          "keys",
+          [](pyb::object self, std::int64_t layer) {
+            const auto& c = *self.cast<PyCache&>().cache;
+            return packed_view(self, c.keys(layer), c);
+          },
+          pyb::arg("layer"),
+          "Layer's packed K rows: read-only uint8 view [batch, kv_heads, length, row_bytes].")
+      .def(
+          "values",
+          [](pyb::object self, std::int64_t layer) {
+            const auto& c = *self.cast<PyCache&>().cache;
+            return packed_view(self, c.values(layer), c);
+          },
+          pyb::arg("layer"), "Layer's packed V rows (as keys()).")
+      .def(
+          "key_params",
+          [](const PyCache& c, std::int64_t layer) {
+            return stream_params(c.cache->keys(layer), c.cache->kv_heads());
+          },
+          pyb::arg("layer"), "{scale, zero_point, global_scale}: float32 [kv_heads] each.")
+      .def(
+          "value_params",
+          [](const PyCache& c, std::int64_t layer) {
+            return stream_params(c.cache->values(layer), c.cache->kv_heads());
+          },
+          pyb::arg("layer"))
+      .def(
+          "read_keys",
+          [](const PyCache& c, std::int64_t layer) {
+            return decoded(c.cache->keys(layer), *c.cache);
+          },
+          pyb::arg("layer"), "Decoded K: float32 [batch, kv_heads, length, head_dim] (a copy).")
+      .def(
+          "read_values",
+          [](const PyCache& c, std::int64_t layer) {
+            return decoded(c.cache->values(layer), *c.cache);
+          },
+          pyb::arg("layer"))
+      .def(
+          "reset", [](PyCache& c) { c.cache->reset(); }, "Forgets every token.");
 
   pyb::class_<PyModel, ModelPtr>(m, "Model", "A causal LM loaded by kvq.load_model.")
       .def_property_readonly("path", [](const PyModel& s) { return s.src.dir.string(); })
       .def_property_readonly("weights", [](const PyModel& s) { return s.weights; })
-      .def_property_readonly("config", [](const PyModel& s) {
-        return from_json(io::read_json_file(s.src.dir / "config.json"));
-      }, "config.json as a dict.")
-      .def_property_readonly("quantization_config", [](const PyModel& s) -> pyb::object {
-        if (!s.src.lifecycle) return pyb::none();
-        auto c = s.src.lifecycle->config_from_model();
-        if (!c) return pyb::none();
-        return from_json(c->to_json());
-      }, "The config the model's quantization declares (None when plain).")
+      .def_property_readonly(
+          "config",
+          [](const PyModel& s) { return from_json(io::read_json_file(s.src.dir / "config.json")); },
+          "config.json as a dict.")
+      .def_property_readonly(
+          "quantization_config",
+          [](const PyModel& s) -> pyb::object {
+            if (!s.src.lifecycle) return pyb::none();
+            auto c = s.src.lifecycle->config_from_model();
+            if (!c) return pyb::none();
+            return from_json(c->to_json());
+          },
+          "The config the model's quantization declares (None when plain).")
       .def("named_modules", &named_modules, "(name, module) pairs in transformers' order.")
-      .def("get_submodule", [](const ModelPtr& s, const std::string& name) {
-        model::Module* mod = s->lm().find_module(name);
-        if (mod == nullptr) throw pyb::attribute_error("no module named " + name);
-        return PyModule{s, mod};
-      }, pyb::arg("target"))
-      .def("encode", [](const PyModel& s, const std::string& text, bool add_special_tokens) {
-        return s.tokenizer().encode(text, add_special_tokens);
-      }, pyb::arg("text"), pyb::arg("add_special_tokens") = false)
-      .def("decode", [](const PyModel& s, const std::vector<std::int32_t>& ids, bool skip_special) {
-        return pyb::bytes(s.tokenizer().decode(ids, skip_special)).attr("decode")("utf-8", "replace");
-      }, pyb::arg("ids"), pyb::arg("skip_special_tokens") = false)
-      .def("make_cache", [](const ModelPtr& s, std::int64_t capacity, const std::string& kv_cache,
-                            std::int64_t batch) {
-        if (capacity <= 0) capacity = s->lm().config().max_position_embeddings;
-        const model::KvCacheConfig config =
-            runtime::resolve_kv_cache(kv_cache, s->src.lifecycle.get(), s->src.dir.string());
-        return PyCache{s, s->lm().make_cache(batch, capacity, config)};
-      }, pyb::arg("capacity") = 0, pyb::arg("kv_cache") = "auto", pyb::arg("batch") = 1,
-         "A cache for `batch` sequences of up to `capacity` tokens (0: the model's context); "
-         "kv_cache as the CLI's --kv-cache.")
-      .def("forward", [](const ModelPtr& s, pyb::handle input_ids, PyCache* cache) {
-        const TokenInput t = to_tokens(input_ids);
-        if (cache != nullptr && cache->owner != s)
-          fail<InvalidArgument>("forward: the cache was made by another model");
-        Tensor logits;
-        run_native([&] {
-          model::CausalLM& lm = s->lm();
-          constexpr auto all = model::LogitsMode::kAll;
-          if (cache != nullptr) logits = lm.forward_batch(t.ids, t.batch, cache->cache, all);
-          else logits = lm.forward_batch(t.ids, t.batch, all);
-        });
-        pyb::array_t<float> out = to_numpy(logits);
-        if (!t.batched) out = out.attr("reshape")(out.shape(1), out.shape(2));
-        return out;
-      }, pyb::arg("input_ids"), pyb::arg("cache") = nullptr,
-         "Logits of every position: float32 [S, vocab] ([batch, S, vocab] for 2-D input_ids). "
-         "With a cache the tokens are appended to it; without, attention sees these tokens only.")
-      .def("__call__", [](pyb::object self, pyb::handle input_ids, pyb::object cache) {
-        return self.attr("forward")(input_ids, cache);
-      }, pyb::arg("input_ids"), pyb::arg("cache") = pyb::none())
-      .def("save_pretrained", [](const ModelPtr& s, pyb::handle out_dir, bool overwrite) {
-        if (!s->src.lifecycle) fail<InvalidArgument>("save_pretrained: the model is not quantized");
-        const std::filesystem::path out = to_path(out_dir);
-        run_native([&] { lifecycle::save_pretrained(*s->src.lifecycle, s->src.dir, out, {}, overwrite); });
-      }, pyb::arg("save_directory"), pyb::arg("overwrite") = false,
-         "Writes the quantized model as a compressed-tensors checkpoint (atomically).")
+      .def(
+          "get_submodule",
+          [](const ModelPtr& s, const std::string& name) {
+            model::Module* mod = s->lm().find_module(name);
+            if (mod == nullptr) throw pyb::attribute_error("no module named " + name);
+            return PyModule{s, mod};
+          },
+          pyb::arg("target"))
+      .def(
+          "encode",
+          [](const PyModel& s, const std::string& text, bool add_special_tokens) {
+            return s.tokenizer().encode(text, add_special_tokens);
+          },
+          pyb::arg("text"), pyb::arg("add_special_tokens") = false)
+      .def(
+          "decode",
+          [](const PyModel& s, const std::vector<std::int32_t>& ids, bool skip_special) {
+            return pyb::bytes(s.tokenizer().decode(ids, skip_special))
+                .attr("decode")("utf-8", "replace");
+          },
+          pyb::arg("ids"), pyb::arg("skip_special_tokens") = false)
+      .def(
+          "make_cache",
+          [](const ModelPtr& s, std::int64_t capacity, const std::string& kv_cache,
+             std::int64_t batch) {
+            if (capacity <= 0) capacity = s->lm().config().max_position_embeddings;
+            const model::KvCacheConfig config =
+                runtime::resolve_kv_cache(kv_cache, s->src.lifecycle.get(), s->src.dir.string());
+            return PyCache{
+                s, std::make_unique<model::KvCache>(s->lm().make_cache(batch, capacity, config))};
+          },
+          pyb::arg("capacity") = 0, pyb::arg("kv_cache") = "auto", pyb::arg("batch") = 1,
+          "A cache for `batch` sequences of up to `capacity` tokens (0: the model's context); "
+          "kv_cache as the CLI's --kv-cache.")
+      .def(
+          "forward",
+          [](const ModelPtr& s, pyb::handle input_ids, PyCache* cache) {
+            const TokenInput t = to_tokens(input_ids);
+            if (cache != nullptr && cache->owner != s)
+              fail<InvalidArgument>("forward: the cache was made by another model");
+            Tensor logits;
+            run_native([&] {
+              model::CausalLM& lm = s->lm();
+              constexpr auto all = model::LogitsMode::kAll;
+              if (cache != nullptr)
+                logits = lm.forward_batch(t.ids, t.batch, *cache->cache, all);
+              else
+                logits = lm.forward_batch(t.ids, t.batch, all);
+            });
+            pyb::array_t<float> out = to_numpy(logits);
+            if (!t.batched) out = out.attr("reshape")(out.shape(1), out.shape(2));
+            return out;
+          },
+          pyb::arg("input_ids"), pyb::arg("cache") = nullptr,
+          "Logits of every position: float32 [S, vocab] ([batch, S, vocab] for 2-D input_ids). "
+          "With a cache the tokens are appended to it; without, attention sees these tokens only.")
+      .def(
+          "__call__",
+          [](pyb::object self, pyb::handle input_ids, pyb::object cache) {
+            return self.attr("forward")(input_ids, cache);
+          },
+          pyb::arg("input_ids"), pyb::arg("cache") = pyb::none())
+      .def(
+          "save_pretrained",
+          [](const ModelPtr& s, pyb::handle out_dir, bool overwrite) {
+            if (!s->src.lifecycle)
+              fail<InvalidArgument>("save_pretrained: the model is not quantized");
+            const std::filesystem::path out = to_path(out_dir);
+            run_native([&] {
+              lifecycle::save_pretrained(*s->src.lifecycle, s->src.dir, out, {}, overwrite);
+            });
+          },
+          pyb::arg("save_directory"), pyb::arg("overwrite") = false,
+          "Writes the quantized model as a compressed-tensors checkpoint (atomically).")
       .def("__repr__", [](const PyModel& s) {
-        return "<kvq.Model '" + s.src.dir.string() + "' " + std::string(s.lm().architecture().hf_class) +
-               " " + s.weights + (s.src.lifecycle ? " quantized" : "") + ">";
+        return "<kvq.Model '" + s.src.dir.string() + "' " +
+               std::string(s.lm().architecture().hf_class) + " " + s.weights +
+               (s.src.lifecycle ? " quantized" : "") + ">";
       });
 
-  m.def("load_model", [](pyb::handle path, const std::string& weights) {
-    return load_model(to_path(path), weights);
-  }, pyb::arg("path"), pyb::arg("weights") = "f32",
-     "Loads a Hugging Face model directory (a quantized checkpoint with its quantization).");
+  m.def(
+      "load_model",
+      [](pyb::handle path, const std::string& weights) {
+        return load_model(to_path(path), weights);
+      },
+      pyb::arg("path"), pyb::arg("weights") = "f32",
+      "Loads a Hugging Face model directory (a quantized checkpoint with its quantization).");
 
-  m.def("is_narrow_match", [](const ModelPtr& model, pyb::handle targets, const std::string& name) {
-    std::vector<std::string> t;
-    if (pyb::isinstance<pyb::str>(targets)) t.push_back(targets.cast<std::string>());
-    else t = targets.cast<std::vector<std::string>>();
-    return lifecycle::is_narrow_match(model->lm().root(), t, name);
-  }, pyb::arg("model"), pyb::arg("targets"), pyb::arg("name"),
-     "compressed-tensors 0.19's is_narrow_match: a target matches the module but neither its "
-     "parent nor any descendant.");
+  m.def(
+      "is_narrow_match",
+      [](const ModelPtr& model, pyb::handle targets, const std::string& name) {
+        std::vector<std::string> t;
+        if (pyb::isinstance<pyb::str>(targets))
+          t.push_back(targets.cast<std::string>());
+        else
+          t = targets.cast<std::vector<std::string>>();
+        return lifecycle::is_narrow_match(model->lm().root(), t, name);
+      },
+      pyb::arg("model"), pyb::arg("targets"), pyb::arg("name"),
+      "compressed-tensors 0.19's is_narrow_match: a target matches the module but neither its "
+      "parent nor any descendant.");
 
-  m.def("apply_quantization_config", [](const ModelPtr& model, pyb::handle config) {
-    const quant::QuantizationConfig c = to_config(config);
-    model->set_lifecycle(nullptr);  // the model is plain before the new config applies
-    model->set_lifecycle(lifecycle::apply_quantization_config(model->lm(), c));
-  }, pyb::arg("model"), pyb::arg("config"),
-     "Applies a QuantizationConfig (or dict / recipe) to the model, replacing its quantization.");
+  m.def(
+      "apply_quantization_config",
+      [](const ModelPtr& model, pyb::handle config) {
+        const quant::QuantizationConfig c = to_config(config);
+        model->set_lifecycle(nullptr);  // the model is plain before the new config applies
+        model->set_lifecycle(lifecycle::apply_quantization_config(model->lm(), c));
+      },
+      pyb::arg("model"), pyb::arg("config"),
+      "Applies a QuantizationConfig (or dict / recipe) to the model, replacing its quantization.");
 
   using K = model::StatesKind;
-  m.def("register_query_hook", [](const PyModule& mod, pyb::function fn) {
-    return register_hook(mod, K::kQuery, std::move(fn), "register_query_hook");
-  }, pyb::arg("module"), pyb::arg("hook"));
-  m.def("register_key_hook", [](const PyModule& mod, pyb::function fn) {
-    return register_hook(mod, K::kKey, std::move(fn), "register_key_hook");
-  }, pyb::arg("module"), pyb::arg("hook"));
-  m.def("register_value_hook", [](const PyModule& mod, pyb::function fn) {
-    return register_hook(mod, K::kValue, std::move(fn), "register_value_hook");
-  }, pyb::arg("module"), pyb::arg("hook"));
+  m.def(
+      "register_query_hook",
+      [](const PyModule& mod, pyb::function fn) {
+        return register_hook(mod, K::kQuery, std::move(fn), "register_query_hook");
+      },
+      pyb::arg("module"), pyb::arg("hook"),
+      "compressed-tensors' register_query_hook: hook(module, states) runs in every forward with "
+      "the\n"
+      "query states as a float32 NumPy VIEW [batch, heads, new_tokens, head_dim] of kvq's buffer "
+      "(post-RoPE, all query heads);\n"
+      "it may edit it in place or return a replacement of that shape. The view is valid during\n"
+      "the call only (copy it to keep it). An exception raised in the hook propagates to the\n"
+      "caller of the forward. Returns a RemovableHandle.");
+  m.def(
+      "register_key_hook",
+      [](const PyModule& mod, pyb::function fn) {
+        return register_hook(mod, K::kKey, std::move(fn), "register_key_hook");
+      },
+      pyb::arg("module"), pyb::arg("hook"),
+      "compressed-tensors' register_key_hook: hook(module, states) runs in every forward with the\n"
+      "keys being appended to the cache as a float32 NumPy VIEW [batch, heads, new_tokens, "
+      "head_dim] of kvq's buffer (post-RoPE, kv heads, before the GQA repeat);\n"
+      "it may edit it in place or return a replacement of that shape. The view is valid during\n"
+      "the call only (copy it to keep it). An exception raised in the hook propagates to the\n"
+      "caller of the forward. Returns a RemovableHandle.");
+  m.def(
+      "register_value_hook",
+      [](const PyModule& mod, pyb::function fn) {
+        return register_hook(mod, K::kValue, std::move(fn), "register_value_hook");
+      },
+      pyb::arg("module"), pyb::arg("hook"),
+      "compressed-tensors' register_value_hook: hook(module, states) runs in every forward with "
+      "the\n"
+      "values being appended to the cache as a float32 NumPy VIEW [batch, heads, new_tokens, "
+      "head_dim] of kvq's buffer (kv heads);\n"
+      "it may edit it in place or return a replacement of that shape. The view is valid during\n"
+      "the call only (copy it to keep it). An exception raised in the hook propagates to the\n"
+      "caller of the forward. Returns a RemovableHandle.");
 }
 
 }  // namespace kvq::py

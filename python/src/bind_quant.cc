@@ -20,9 +20,10 @@ pyb::object json_module() { return pyb::module_::import("json"); }
 template <class T>
 pyb::class_<T> bind_model_type(pyb::module_& m, const char* name, const char* doc) {
   pyb::class_<T> cls(m, name, doc);
-  cls
-      .def(pyb::init([name](const pyb::kwargs& kwargs) { return T::from_json(to_json(kwargs), name); }),
-           "Fields as keyword arguments (compressed-tensors' names), validated as the reference does.")
+  cls.def(pyb::init(
+              [name](const pyb::kwargs& kwargs) { return T::from_json(to_json(kwargs), name); }),
+          "Fields as keyword arguments (compressed-tensors' names), validated as the reference "
+          "does.")
       .def_static(
           "model_validate",
           [name](pyb::handle value) {
@@ -36,12 +37,14 @@ pyb::class_<T> bind_model_type(pyb::module_& m, const char* name, const char* do
             return T::from_json(io::parse_ordered_json(text, name), name);
           },
           pyb::arg("json_data"), "From JSON text.")
-      .def("model_dump", [](const T& self) { return from_json(self.to_json()); },
-           "The fields as a dict, in pydantic's model_dump() order.")
+      .def(
+          "model_dump", [](const T& self) { return from_json(self.to_json()); },
+          "The fields as a dict, in pydantic's model_dump() order.")
       .def(
           "model_dump_json",
           [](const T& self, pyb::object indent) {
-            return indent.is_none() ? self.to_json().dump() : self.to_json().dump(indent.cast<int>());
+            return indent.is_none() ? self.to_json().dump()
+                                    : self.to_json().dump(indent.cast<int>());
           },
           pyb::arg("indent") = pyb::none(), "The fields as JSON text.")
       .def("__getattr__",
@@ -54,7 +57,8 @@ pyb::class_<T> bind_model_type(pyb::module_& m, const char* name, const char* do
       .def("__repr__", [name](const T& self) {
         std::string s = std::string(name) + "(";
         bool first = true;
-        for (const auto& [key, value] : self.to_json().items()) {
+        const quant::Json fields = self.to_json();  // alive for the loop (items() refers to it)
+        for (const auto& [key, value] : fields.items()) {
           s += (first ? "" : ", ") + key + "=" + value.dump();
           first = false;
         }
@@ -93,7 +97,8 @@ std::filesystem::path to_path(pyb::handle value) {
 }
 
 quant::QuantizationConfig to_config(pyb::handle value) {
-  if (pyb::isinstance<quant::QuantizationConfig>(value)) return value.cast<quant::QuantizationConfig>();
+  if (pyb::isinstance<quant::QuantizationConfig>(value))
+    return value.cast<quant::QuantizationConfig>();
   if (pyb::isinstance<pyb::dict>(value)) {
     const quant::Json j = to_json(value);
     // A recipe ("*_stage" / "*_modifiers" keys) or a config.json / its quantization_config.
@@ -132,9 +137,9 @@ void bind_quant(pyb::module_& m) {
       m, "QuantizationConfig",
       "compressed-tensors' QuantizationConfig: config_groups, kv_cache_scheme, ignore, ...");
   config
-      .def_static("from_recipe", [](pyb::handle recipe) { return to_config(recipe); },
-                  pyb::arg("recipe"),
-                  "From an llm-compressor recipe: a file path, YAML / JSON text or a dict.")
+      .def_static(
+          "from_recipe", [](pyb::handle recipe) { return to_config(recipe); }, pyb::arg("recipe"),
+          "From an llm-compressor recipe: a file path, YAML / JSON text or a dict.")
       .def_static(
           "from_pretrained",
           [](pyb::handle model_dir) {

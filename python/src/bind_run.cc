@@ -22,11 +22,11 @@ namespace fs = std::filesystem;
 
 // Calibration samples from a list: strings are tokenized as the CLI tokenizes a JSONL "text"
 // line (no special tokens), lists are token ids; each truncated to max_seq_length.
-std::vector<lifecycle::CalibrationSample> samples_from_list(const PyModel& model, pyb::list data,
+std::vector<lifecycle::CalibrationSample> samples_from_list(const PyModel& model, pyb::handle data,
                                                             std::int64_t num_samples,
                                                             std::int64_t max_seq_length) {
   std::vector<lifecycle::CalibrationSample> samples;
-  for (pyb::handle item : data) {
+  for (pyb::handle item : pyb::reinterpret_borrow<pyb::iterable>(data)) {
     if (static_cast<std::int64_t>(samples.size()) >= num_samples) break;
     lifecycle::CalibrationSample s;
     s.index = static_cast<std::int64_t>(samples.size());
@@ -35,7 +35,8 @@ std::vector<lifecycle::CalibrationSample> samples_from_list(const PyModel& model
     } else {
       s.tokens = item.cast<std::vector<std::int32_t>>();
     }
-    if (static_cast<std::int64_t>(s.tokens.size()) > max_seq_length) s.tokens.resize(max_seq_length);
+    if (static_cast<std::int64_t>(s.tokens.size()) > max_seq_length)
+      s.tokens.resize(max_seq_length);
     if (s.tokens.empty()) fail<InvalidArgument>("dataset[{}] has no tokens", s.index);
     samples.push_back(std::move(s));
   }
@@ -45,10 +46,12 @@ std::vector<lifecycle::CalibrationSample> samples_from_list(const PyModel& model
 
 pyb::object oneshot(pyb::handle model_arg, pyb::handle recipe, pyb::handle dataset,
                     std::int64_t num_calibration_samples, std::int64_t max_seq_length,
-                    pyb::handle output_dir, bool overwrite, std::optional<std::uint64_t> shuffle_seed) {
+                    pyb::handle output_dir, bool overwrite,
+                    std::optional<std::uint64_t> shuffle_seed) {
   if (num_calibration_samples <= 0)
     fail<InvalidArgument>("num_calibration_samples must be > 0, got {}", num_calibration_samples);
-  if (max_seq_length <= 0) fail<InvalidArgument>("max_seq_length must be > 0, got {}", max_seq_length);
+  if (max_seq_length <= 0)
+    fail<InvalidArgument>("max_seq_length must be > 0, got {}", max_seq_length);
   const quant::QuantizationConfig config = to_config(recipe);
   const fs::path out = output_dir.is_none() ? fs::path() : to_path(output_dir);
   if (config.key_smoothing && !out.empty())
@@ -70,7 +73,7 @@ pyb::object oneshot(pyb::handle model_arg, pyb::handle recipe, pyb::handle datas
   auto lc = lifecycle::apply_quantization_config(model->lm(), config);
   std::vector<lifecycle::CalibrationSample> samples;
   if (pyb::isinstance<pyb::list>(dataset) || pyb::isinstance<pyb::tuple>(dataset)) {
-    samples = samples_from_list(*model, pyb::list(dataset), num_calibration_samples, max_seq_length);
+    samples = samples_from_list(*model, dataset, num_calibration_samples, max_seq_length);
   } else {
     const fs::path path = to_path(dataset);
     lifecycle::DatasetOptions opts;
@@ -101,7 +104,8 @@ pyb::dict generate(const ModelPtr& s, pyb::handle prompt, std::int64_t max_new_t
                    double temperature, std::int64_t top_k, double top_p, std::uint64_t seed) {
   const model::SamplerConfig sampling{temperature, top_k, top_p, seed};
   model::Sampler{sampling};  // bad sampling arguments fail before any work
-  if (max_new_tokens < 1) fail<InvalidArgument>("max_new_tokens must be >= 1, got {}", max_new_tokens);
+  if (max_new_tokens < 1)
+    fail<InvalidArgument>("max_new_tokens must be >= 1, got {}", max_new_tokens);
   if (!chat && !system.empty()) fail<InvalidArgument>("system needs chat=True");
   const model::KvCacheConfig kv =
       runtime::resolve_kv_cache(kv_cache, s->src.lifecycle.get(), s->src.dir.string());
@@ -157,7 +161,8 @@ pyb::dict generate(const ModelPtr& s, pyb::handle prompt, std::int64_t max_new_t
   j.update(runtime::kv_cache_json(kv));
   j["kv_bytes_per_token"] = runtime::kv_bytes_per_token(s->lm(), kv);
   // Invalid UTF-8 (a cut-off character) replaced, as the CLI's JSON does.
-  return from_json(nlohmann::json::parse(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  return from_json(
+      nlohmann::json::parse(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
 
 pyb::dict perplexity(pyb::handle model_arg, pyb::handle text_file, pyb::object text,
@@ -252,25 +257,43 @@ pyb::dict compare(pyb::handle model_arg, pyb::object schemes, pyb::handle out_di
 
 void bind_run(pyb::module_& m) {
   namespace a = pybind11;
-  m.def("oneshot", &oneshot, a::arg("model"), a::arg("recipe"), a::arg("dataset"),
-        a::kw_only(), a::arg("num_calibration_samples") = 64, a::arg("max_seq_length") = 512,
-        a::arg("output_dir") = a::none(), a::arg("overwrite") = false,
-        a::arg("shuffle_seed") = a::none());
+  m.def(
+      "oneshot", &oneshot, a::arg("model"), a::arg("recipe"), a::arg("dataset"), a::kw_only(),
+      a::arg("num_calibration_samples") = 64, a::arg("max_seq_length") = 512,
+      a::arg("output_dir") = a::none(), a::arg("overwrite") = false,
+      a::arg("shuffle_seed") = a::none(),
+      "llm-compressor's oneshot on kvq's engine: applies the recipe (a path, YAML / JSON text, a\n"
+      "dict or a QuantizationConfig) to `model` (a Model, changed in place, or a model "
+      "directory),\n"
+      "calibrates the q/k/v scales on `dataset` (a file as `kvq oneshot --dataset` reads it, or a\n"
+      "list of strings / token-id lists) and, with output_dir, saves the compressed-tensors\n"
+      "checkpoint `kvq oneshot --output` writes (the same bytes; calibration report included).\n"
+      "Returns the model, now quantized (generate / forward use its calibrated packed cache).\n"
+      "Defaults are the CLI's (64 samples of up to 512 tokens). Ctrl-C: KeyboardInterrupt, the\n"
+      "model left unquantized and nothing written.");
   m.def("perplexity", &perplexity, a::arg("model"), a::arg("text_file") = a::none(), a::kw_only(),
         a::arg("text") = a::none(), a::arg("ctx") = 2048, a::arg("stride") = 0,
         a::arg("max_windows") = 0, a::arg("batch") = 1, a::arg("decode_from") = 0,
-        a::arg("kv_cache") = "auto");
+        a::arg("kv_cache") = "auto",
+        "Perplexity of `model` on a text file (or `text`), Hugging Face windowing, as `kvq\n"
+        "perplexity --json`: returns its dict (ppl, nll, window_nll_sum, kv_cache, ...).");
   m.def("compare", &compare, a::arg("model"), a::arg("schemes") = a::none(), a::kw_only(),
         a::arg("out_dir") = "kvq-compare", a::arg("data_dir") = "../shared/data",
         a::arg("text_file") = a::none(), a::arg("kld") = "topk", a::arg("ctx") = 512,
         a::arg("max_windows") = 8, a::arg("calib_samples") = 32, a::arg("gsm8k_limit") = 0,
         a::arg("gsm8k_batch") = 8, a::arg("decode_context") = 256, a::arg("decode_steps") = 16,
-        a::arg("weights") = "f32");
+        a::arg("weights") = "f32",
+        "`kvq compare`: calibrates and evaluates the schemes (default: the built-in list) against\n"
+        "the unquantized model, writes out_dir/results.{json,md} and the plot, and returns\n"
+        "results.json as a dict. Resumes from out_dir's caches like the CLI.");
   auto model_class = pyb::reinterpret_borrow<pyb::class_<PyModel, ModelPtr>>(m.attr("Model"));
-  model_class.def("generate", &generate, a::arg("prompt"), a::kw_only(),
-                  a::arg("max_new_tokens") = 128, a::arg("kv_cache") = "auto",
-                  a::arg("chat") = false, a::arg("system") = "", a::arg("temperature") = 0.0,
-                  a::arg("top_k") = 0, a::arg("top_p") = 1.0, a::arg("seed") = 0);
+  model_class.def(
+      "generate", &generate, a::arg("prompt"), a::kw_only(), a::arg("max_new_tokens") = 128,
+      a::arg("kv_cache") = "auto", a::arg("chat") = false, a::arg("system") = "",
+      a::arg("temperature") = 0.0, a::arg("top_k") = 0, a::arg("top_p") = 1.0, a::arg("seed") = 0,
+      "Generates from a prompt (text, or token ids) as `kvq generate --json`: returns its\n"
+      "dict (generated_ids, text, stop_reason, timings, kv_cache, ...). kv_cache as\n"
+      "--kv-cache: auto (a quantized model's packed cache), fake, or FORMAT[:tensor|head].");
 }
 
 }  // namespace kvq::py

@@ -32,6 +32,7 @@ struct PyModel {
   runtime::ModelSource src;  // dir, model, lifecycle (destroyed before the model), tokenizer
   std::string weights;       // "f32" | "bf16", as loaded
   model::CausalLM& lm() { return *src.model; }
+  const model::CausalLM& lm() const { return *src.model; }
   const tok::Tokenizer& tokenizer() const;  // InvalidArgument when the directory has none
   // Replaces the model's quantization (the old lifecycle's hooks go first).
   void set_lifecycle(std::unique_ptr<lifecycle::QuantizationLifecycle> lc);
@@ -47,7 +48,7 @@ struct PyModule {
 // A KV cache made by Model.make_cache; forward(..., cache=) appends to it.
 struct PyCache {
   ModelPtr owner;
-  model::KvCache cache;
+  std::unique_ptr<model::KvCache> cache;  // held apart: KvCache is move-only
 };
 
 // Loads a model directory (a quantized checkpoint's quantization included); a missing path

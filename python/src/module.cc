@@ -30,5 +30,6 @@ PYBIND11_MODULE(_kvq, m) {
         kvq::fail<kvq::InvalidArgument>(
             "log level {} is not one of debug, info, warn, error, silent", level);
       },
-      pybind11::arg("level"), "kvq's messages on stderr: debug, info (default), warn, error, silent.");
+      pybind11::arg("level"),
+      "kvq's messages on stderr: debug, info (default), warn, error, silent.");
 }

@@ -68,13 +68,15 @@ void register_errors(pyb::module_& m) {
                          {g_error, PyExc_OSError});
   g_not_found = new_error(m, "NotFoundError", "A path kvq was given does not exist.",
                           {g_io_error, PyExc_FileNotFoundError});
-  g_format_error = new_error(m, "FormatError", "A file's contents are corrupt or of another format.",
-                             {g_error, PyExc_ValueError});
-  g_config_error = new_error(m, "ConfigError",
-                             "A model config, quantization config or recipe is invalid.",
-                             {g_error, PyExc_ValueError});
-  g_invalid_argument = new_error(m, "InvalidArgument", "An argument is out of range or inconsistent.",
-                                 {g_error, PyExc_ValueError});
+  g_format_error =
+      new_error(m, "FormatError", "A file's contents are corrupt or of another format.",
+                {g_error, PyExc_ValueError});
+  g_config_error =
+      new_error(m, "ConfigError", "A model config, quantization config or recipe is invalid.",
+                {g_error, PyExc_ValueError});
+  g_invalid_argument =
+      new_error(m, "InvalidArgument", "An argument is out of range or inconsistent.",
+                {g_error, PyExc_ValueError});
   g_not_supported = new_error(m, "NotSupported", "Valid, but kvq does not implement it (yet).",
                               {g_error, PyExc_NotImplementedError});
   pyb::register_exception_translator([](std::exception_ptr p) {

@@ -158,7 +158,7 @@ def test_oneshot_on_token_ids_sets_scales(model, tmp_path):
     rng = np.random.default_rng(0)
     samples = [rng.integers(0, 256, 24).tolist() for _ in range(4)]
     out = tmp_path / "ckpt"
-    assert kvq.oneshot(model=model, recipe=KV_FP8_HEAD, dataset=samples, output_dir=out) is model
+    assert kvq.oneshot(model=model, max_seq_length=64, recipe=KV_FP8_HEAD, dataset=samples, output_dir=out) is model
     attn = model.get_submodule("model.layers.0.self_attn")
     assert attn.k_scale.shape == (2, 1, 1) and attn.v_scale.shape == (2, 1, 1)
     assert np.all(attn.k_scale > 0)
@@ -188,7 +188,7 @@ def test_oneshot_on_token_ids_sets_scales(model, tmp_path):
 
 def test_user_hook_sees_unquantized_keys_before_fake_quantization(model):
     rng = np.random.default_rng(1)
-    kvq.oneshot(model=model, recipe=KV_FP8_HEAD, dataset=[rng.integers(0, 256, 16).tolist()])
+    kvq.oneshot(model=model, max_seq_length=64, recipe=KV_FP8_HEAD, dataset=[rng.integers(0, 256, 16).tolist()])
     raw = []
     kvq.register_key_hook(model.get_submodule("model.layers.0.self_attn"),
                           lambda m, s: raw.append(s.copy()))
@@ -209,7 +209,7 @@ def test_interrupt_raises_keyboard_interrupt_and_writes_nothing(model, tmp_path)
 
     kvq.register_key_hook(model.get_submodule("model.layers.0.self_attn"), interrupt_once)
     with pytest.raises(KeyboardInterrupt):
-        kvq.oneshot(model=model, recipe=KV_FP8_HEAD, dataset=samples, output_dir=tmp_path / "out")
+        kvq.oneshot(model=model, max_seq_length=64, recipe=KV_FP8_HEAD, dataset=samples, output_dir=tmp_path / "out")
     assert len(calls) < 8  # stopped early
     assert list(tmp_path.iterdir()) == []  # no checkpoint, no temporaries
     assert model.quantization_config is None  # the half-done quantization is gone
