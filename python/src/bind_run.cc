@@ -7,6 +7,7 @@
 #include "kvq/eval/compare.h"
 #include "kvq/eval/perplexity.h"
 #include "kvq/io/atomic_write.h"
+#include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/lifecycle/checkpoint.h"
@@ -250,7 +251,9 @@ pyb::dict compare(pyb::handle model_arg, pyb::object schemes, pyb::handle out_di
   o.out_dir = to_path(out_dir);
   eval::CompareResult r;
   with_path(o.eval.model_dir, [&] { run_native([&] { r = eval::run_compare(o); }); });
-  return from_json(eval::compare_json(r.rows, r.meta));
+  // results.json as written (compare_json plus the run's wall time).
+  return from_json(
+      io::parse_ordered_json(io::read_file(r.results_json, "results"), r.results_json.string()));
 }
 
 }  // namespace

@@ -99,3 +99,34 @@ def test_oneshot_from_a_list_of_strings(default_model_dir):
                 max_seq_length=64)
     scale = model.get_submodule("model.layers.3.self_attn").k_scale
     assert scale.shape == (3, 1, 1) and np.all(np.isfinite(scale)) and np.all(scale > 0)
+
+
+def test_compare_returns_results_json(default_model_dir, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    out = tmp_path / "cmp"
+    r = kvq.compare(default_model_dir, ["KV-INT8-Head"], out_dir=out, data_dir=SHARED_DATA,
+                    text_file=text, ctx=64, max_windows=2, calib_samples=2, decode_steps=0)
+    assert r == json.loads((out / "results.json").read_text())
+    assert [row["scheme"] for row in r["schemes"]] == ["baseline", "KV-INT8-Head"]
+
+
+def test_long_calls_release_the_gil(model, tmp_path):
+    import threading
+
+    text = tmp_path / "text.txt"
+    text.write_text("Calibration keeps the GIL free for other threads. " * 200)
+    done = threading.Event()
+    result = {}
+
+    def work():
+        result["ppl"] = kvq.perplexity(model, text, ctx=512, max_windows=2)["ppl"]
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    spins = 0
+    while not done.is_set():  # runs only while the native call has released the GIL
+        spins += 1
+    t.join()
+    assert result["ppl"] > 1 and spins > 10_000
