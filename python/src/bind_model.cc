@@ -461,45 +461,33 @@ void bind_model(pyb::module_& m) {
       pyb::arg("model"), pyb::arg("config"),
       "Applies a QuantizationConfig (or dict / recipe) to the model, replacing its quantization.");
 
-  using K = model::StatesKind;
-  m.def(
-      "register_query_hook",
-      [](const PyModule& mod, pyb::function fn) {
-        return register_hook(mod, K::kQuery, std::move(fn), "register_query_hook");
-      },
-      pyb::arg("module"), pyb::arg("hook"),
-      "compressed-tensors' register_query_hook: hook(module, states) runs in every forward with "
-      "the\n"
-      "query states as a float32 NumPy VIEW [batch, heads, new_tokens, head_dim] of kvq's buffer "
-      "(post-RoPE, all query heads);\n"
-      "it may edit it in place or return a replacement of that shape. The view is valid during\n"
-      "the call only (copy it to keep it). An exception raised in the hook propagates to the\n"
-      "caller of the forward. Returns a RemovableHandle.");
-  m.def(
-      "register_key_hook",
-      [](const PyModule& mod, pyb::function fn) {
-        return register_hook(mod, K::kKey, std::move(fn), "register_key_hook");
-      },
-      pyb::arg("module"), pyb::arg("hook"),
-      "compressed-tensors' register_key_hook: hook(module, states) runs in every forward with the\n"
-      "keys being appended to the cache as a float32 NumPy VIEW [batch, heads, new_tokens, "
-      "head_dim] of kvq's buffer (post-RoPE, kv heads, before the GQA repeat);\n"
-      "it may edit it in place or return a replacement of that shape. The view is valid during\n"
-      "the call only (copy it to keep it). An exception raised in the hook propagates to the\n"
-      "caller of the forward. Returns a RemovableHandle.");
-  m.def(
-      "register_value_hook",
-      [](const PyModule& mod, pyb::function fn) {
-        return register_hook(mod, K::kValue, std::move(fn), "register_value_hook");
-      },
-      pyb::arg("module"), pyb::arg("hook"),
-      "compressed-tensors' register_value_hook: hook(module, states) runs in every forward with "
-      "the\n"
-      "values being appended to the cache as a float32 NumPy VIEW [batch, heads, new_tokens, "
-      "head_dim] of kvq's buffer (kv heads);\n"
-      "it may edit it in place or return a replacement of that shape. The view is valid during\n"
-      "the call only (copy it to keep it). An exception raised in the hook propagates to the\n"
-      "caller of the forward. Returns a RemovableHandle.");
+  // register_query_hook / register_key_hook / register_value_hook: one definition, three kinds.
+  struct HookPoint {
+    const char* name;
+    model::StatesKind kind;
+    const char* states;  // what the hook sees
+  };
+  for (const HookPoint& p :
+       {HookPoint{"register_query_hook", model::StatesKind::kQuery,
+                  "query states (post-RoPE, every query head)"},
+        HookPoint{"register_key_hook", model::StatesKind::kKey,
+                  "keys being appended to the cache (post-RoPE, kv heads, before the GQA repeat)"},
+        HookPoint{"register_value_hook", model::StatesKind::kValue,
+                  "values being appended to the cache (kv heads)"}}) {
+    const std::string doc =
+        std::string("compressed-tensors' ") + p.name +
+        ": hook(module, states) runs in every forward with the " + p.states +
+        " as a float32 NumPy VIEW [batch, heads, new_tokens, head_dim] of kvq's buffer; it may "
+        "edit it in place or return a replacement of that shape. The view is valid during the "
+        "call only (copy it to keep it). An exception raised in the hook propagates to the "
+        "caller of the forward. Returns a RemovableHandle.";
+    m.def(
+        p.name,
+        [p](const PyModule& mod, pyb::function fn) {
+          return register_hook(mod, p.kind, std::move(fn), p.name);
+        },
+        pyb::arg("module"), pyb::arg("hook"), doc.c_str());  // pybind11 copies the docstring
+  }
 }
 
 }  // namespace kvq::py

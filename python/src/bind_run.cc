@@ -209,15 +209,7 @@ pyb::dict perplexity(pyb::handle model_arg, pyb::handle text_file, pyb::object t
   j["weights"] = model->weights;
   j.update(runtime::kv_cache_json(kv));
   j["kv_bytes_per_token"] = runtime::kv_bytes_per_token(model->lm(), kv);
-  j["ppl"] = r.ppl;
-  j["nll"] = r.nll_mean;
-  j["nll_sum"] = r.nll_sum;
-  j["tokens_scored"] = r.tokens_scored;
-  j["tokens_evaluated"] = r.tokens_evaluated;
-  j["windows"] = r.windows;
-  j["seconds"] = r.seconds;
-  j["tokens_per_second"] = r.tokens_per_second;
-  j["window_nll_sum"] = r.window_nll_sum;
+  j.update(eval::perplexity_result_json(r));
   return from_json(j);
 }
 
