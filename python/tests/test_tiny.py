@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -213,8 +214,11 @@ def test_interrupt_raises_keyboard_interrupt_and_writes_nothing(model, tmp_path)
     assert len(calls) < 8  # stopped early
     assert list(tmp_path.iterdir()) == []  # no checkpoint, no temporaries
     assert model.quantization_config is None  # the half-done quantization is gone
-    # Python's own SIGINT handler is back.
+    # Python's own SIGINT handler is back: a Ctrl-C now interrupts Python as usual.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
 
 
 def test_errors_are_kvq_errors_with_the_cli_messages(tmp_path):
