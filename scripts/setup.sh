@@ -16,7 +16,7 @@ targets=("$@")
 packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libopenblas-openmp-dev libcli11-dev libfmt-dev libpcre2-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev fonts-dejavu-core
-  zlib1g-dev)
+  zlib1g-dev python3-dev pybind11-dev)
 # The fuzz preset builds with clang 14 (Debian 12's): libFuzzer and the sanitizer runtimes,
 # clang's OpenMP runtime, llvm-symbolizer for readable sanitizer reports.
 fuzz_packages=(clang libclang-rt-14-dev libomp-dev llvm)
@@ -47,6 +47,20 @@ if [ "$preset" = fuzz ]; then
     exit 2
   fi
   rm -rf "$probe"
+fi
+
+# The release preset builds the Python module (KVQ_PYTHON) for the `python3` on PATH; its tests
+# (ctest label `python`) need numpy and pytest there. pip first (a venv or pyenv Python); Debian's
+# own Python refuses pip (PEP 668), so its packages come from apt.
+if [ "$preset" = release ] && ! python3 -c "import numpy, pytest" >/dev/null 2>&1; then
+  echo "setup: installing numpy and pytest for $(command -v python3)"
+  if ! python3 -m pip install --quiet numpy pytest 2>/dev/null; then
+    sudo_cmd=""
+    [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
+      python3-numpy python3-pytest
+  fi
 fi
 
 jobs="$(nproc)"

@@ -78,15 +78,7 @@ void run_perplexity(const PerplexityArgs& a) {
     j["weights"] = a.weights;
     j.update(runtime::kv_cache_json(kv));
     j["kv_bytes_per_token"] = kv_bytes;
-    j["ppl"] = r.ppl;
-    j["nll"] = r.nll_mean;
-    j["nll_sum"] = r.nll_sum;
-    j["tokens_scored"] = r.tokens_scored;
-    j["tokens_evaluated"] = r.tokens_evaluated;
-    j["windows"] = r.windows;
-    j["seconds"] = r.seconds;
-    j["tokens_per_second"] = r.tokens_per_second;
-    j["window_nll_sum"] = r.window_nll_sum;
+    j.update(eval::perplexity_result_json(r));
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf(

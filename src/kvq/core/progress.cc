@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "kvq/core/interrupt.h"
+
 namespace kvq {
 
 ProgressBar::ProgressBar(std::string label, std::int64_t total, std::string unit, bool quiet)
@@ -32,6 +34,9 @@ double ProgressBar::rate() const {
 }
 
 void ProgressBar::advance(std::int64_t amount) {
+  // Every long loop advances a bar between units of work: the one place an embedder's interrupt
+  // (core/interrupt.h) can stop it cleanly.
+  interruption_point();
   done_ += amount;
   const auto now = std::chrono::steady_clock::now();
   if (interactive_ && now - last_draw_ > std::chrono::milliseconds(100)) {

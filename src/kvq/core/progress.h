@@ -21,6 +21,7 @@ class ProgressBar {
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
 
+  // Also an interruption point (core/interrupt.h): throws Interrupted once one is requested.
   void advance(std::int64_t amount = 1);
   void set_suffix(std::string suffix);  // e.g. "ppl 12.34"
   void finish();

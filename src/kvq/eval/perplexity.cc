@@ -153,4 +153,18 @@ PerplexityResult perplexity(model::CausalLM& model, std::span<const std::int32_t
   return res;
 }
 
+nlohmann::json perplexity_result_json(const PerplexityResult& r) {
+  nlohmann::json j;
+  j["ppl"] = r.ppl;
+  j["nll"] = r.nll_mean;
+  j["nll_sum"] = r.nll_sum;
+  j["tokens_scored"] = r.tokens_scored;
+  j["tokens_evaluated"] = r.tokens_evaluated;
+  j["windows"] = r.windows;
+  j["seconds"] = r.seconds;
+  j["tokens_per_second"] = r.tokens_per_second;
+  j["window_nll_sum"] = r.window_nll_sum;
+  return j;
+}
+
 }  // namespace kvq::eval

@@ -27,6 +27,8 @@
 #include <span>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kvq/model/kv_cache.h"
 
 namespace kvq::model {
@@ -76,6 +78,11 @@ struct PerplexityResult {
 // -log softmax(logits)[target] with the max, the exponentials and the sum in float64.
 // logits [vocab].
 double token_nll(std::span<const float> logits, std::int32_t target);
+
+// The result's fields of `kvq perplexity --json` (ppl, nll, nll_sum, tokens_scored,
+// tokens_evaluated, windows, seconds, tokens_per_second, window_nll_sum): one spelling for the CLI
+// and the Python module.
+nlohmann::json perplexity_result_json(const PerplexityResult& result);
 
 // InvalidArgument when there are fewer than 2 tokens or an option is out of range.
 PerplexityResult perplexity(model::CausalLM& model, std::span<const std::int32_t> tokens,

@@ -29,7 +29,7 @@ std::vector<std::int64_t> ModelSource::chat_stop_ids() const {
 }
 
 ModelSource open_model_source(const std::filesystem::path& model_dir, bool with_quantization,
-                              const model::LoadOptions& options) {
+                              const model::LoadOptions& options, bool require_tokenizer) {
   if (!std::filesystem::is_directory(model_dir)) {
     fail<IoError>(
         "{}: not a model directory (expected config.json, *.safetensors, "
@@ -45,7 +45,9 @@ ModelSource open_model_source(const std::filesystem::path& model_dir, bool with_
   } else {
     src.model = model::CausalLM::load(model_dir, options);
   }
-  src.tokenizer.emplace(tok::Tokenizer::from_dir(model_dir));
+  if (require_tokenizer || std::filesystem::exists(model_dir / "tokenizer.json")) {
+    src.tokenizer.emplace(tok::Tokenizer::from_dir(model_dir));
+  }
   src.generation = model::load_generation_config(model_dir);
   return src;
 }

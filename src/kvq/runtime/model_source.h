@@ -24,7 +24,9 @@ struct ModelSource {
   // The checkpoint's quantization (hooks on `model`) when opened with_quantization and the
   // directory is a quantized checkpoint; null otherwise. Declared after `model`: destroyed first.
   std::unique_ptr<lifecycle::QuantizationLifecycle> lifecycle;
-  std::optional<tok::Tokenizer> tokenizer;  // always set by open_model_source()
+  // Set by open_model_source(), unless the directory has no tokenizer.json and the caller said
+  // it may do without (require_tokenizer = false: the Python module's tiny test models).
+  std::optional<tok::Tokenizer> tokenizer;
   std::optional<model::GenerationConfig> generation;
 
   // Union of config.json eos_token_id, generation_config.json eos_token_id and the tokenizer's
@@ -39,9 +41,11 @@ struct ModelSource {
 // with_quantization: also restores a quantized checkpoint's quantization_config and scales
 // (lifecycle::QuantizedModel::load). Errors name the directory (see CausalLM::load,
 // lifecycle::load_quantized and Tokenizer::from_dir). `options`: the weight dtype
-// (model::LoadOptions).
+// (model::LoadOptions). require_tokenizer = false: a directory without tokenizer.json opens with
+// no tokenizer (forward passes on token ids only).
 ModelSource open_model_source(const std::filesystem::path& model_dir,
                               bool with_quantization = false,
-                              const model::LoadOptions& options = {});
+                              const model::LoadOptions& options = {},
+                              bool require_tokenizer = true);
 
 }  // namespace kvq::runtime
