@@ -306,6 +306,25 @@ TEST(Architecture, LayerWindowsFollowEachFamilysConfigConvention) {
   }
 }
 
+// A Gemma 3 config without layer_types (the older Hub configs) runs the layers
+// sliding_window_pattern names: the tiny gemma3 model's logits are unchanged, bit for bit.
+TEST(Architecture, Gemma3SlidingWindowPatternRunsLikeLayerTypes) {
+  const std::filesystem::path dir = test::tiny_variant_dir("gemma3");
+  const auto with_types = CausalLM::load(dir);
+  model::ModelConfig c = with_types->config();
+  ASSERT_EQ(c.layer_types,
+            (std::vector<std::string>{"sliding_attention", "sliding_attention", "full_attention"}));
+  c.layer_types.clear();
+  c.sliding_window_pattern = 3;
+  const auto with_pattern = CausalLM::from_weights(c, test::load_weights(dir));
+  const std::vector<std::int32_t> prompt = {5, 17, 200, 3, 99, 42, 7, 128, 64, 1, 250, 33};
+  const Tensor a = with_types->forward(prompt, LogitsMode::kAll);
+  EXPECT_TRUE(test::bit_identical(a, with_pattern->forward(prompt, LogitsMode::kAll)));
+  c.sliding_window_pattern = 2;  // layer 1 global instead: another model
+  const auto other = CausalLM::from_weights(c, test::load_weights(dir));
+  EXPECT_GT(test::max_abs_diff(a, other->forward(prompt, LogitsMode::kAll)), 1e-3f);
+}
+
 // config.json's sliding-window fields: parsed as written (null is 0, absent is nullopt) and
 // written back.
 TEST(Architecture, SlidingWindowConfigFieldsRoundTrip) {
