@@ -229,7 +229,8 @@ const Architecture& find_architecture(const model::ModelConfig& c, std::string_v
 void check_forward_support(const Architecture& arch, const model::ModelConfig& c,
                            std::string_view source) {
   std::vector<std::string> missing;
-  // Only the rows whose transformers class reads these fields (Gemma 3) see them set.
+  // Gemma's classes read these fields next to final_logit_softcapping (the rows with
+  // final_softcapping); the other families' classes ignore them, and so does kvq.
   if (arch.forward.final_softcapping && c.attn_logit_softcapping) {
     missing.push_back(fmt::format("attn_logit_softcapping {}", *c.attn_logit_softcapping));
   }
