@@ -12,6 +12,12 @@ golden.safetensors for each variant in VARIANTS:
                 hidden / heads (as in the real Qwen3)
   mistral       MistralForCausalLM: every layer attends to a sliding window of 24 tokens; its
                 prompts (13 and 100 tokens) and decode run past the window
+  gemma3        Gemma3ForCausalLM (gemma3_text): (1 + w) RMSNorms, sandwich norms, q/k norms,
+                embeddings x sqrt(hidden), MQA, head_dim 32 != hidden / heads, attention scale
+                query_pre_attn_scalar^-0.5 (24), gelu_pytorch_tanh, layers 0 and 1 sliding
+                (window 6, rope_theta 1e4) and layer 2 global (rope_theta 1e6, linear scaling 4:
+                sliding_window_pattern 3), final logit softcapping 10 (real Gemma 3 sets it
+                null; set here so its code path is checked), prompts of 9 and 20 tokens
 
 Differences to tiny_llama's goldens: the per-layer keys are the post-RoPE (post-q/k-norm) keys as
 attention computed them for every prompt token, captured by wrapping the modeling module's
@@ -39,8 +45,11 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     Qwen3ForCausalLM,
 )
+from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
@@ -125,6 +134,32 @@ VARIANTS = {
             rope_parameters=dict(rope_type="default", rope_theta=10000.0),
         ),
     ),
+    "gemma3": dict(
+        seed=2505,
+        cls=(Gemma3TextConfig, Gemma3ForCausalLM, modeling_gemma3),
+        prompts=(9, 20),
+        norm_one=0.0,  # Gemma's norms compute (1 + w): weights are 0 + 0.1 N(0, 1)
+        config=dict(
+            {k: v for k, v in COMMON.items() if k != "hidden_act"},
+            hidden_size=48,  # sqrt(48) is not a bf16 value: the normalizer's cast shows
+            num_hidden_layers=3,
+            intermediate_size=64,
+            num_key_value_heads=1,
+            head_dim=32,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=24,
+            sliding_window=6,
+            sliding_window_pattern=3,
+            final_logit_softcapping=10.0,
+            attn_logit_softcapping=None,
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            rope_parameters={
+                "full_attention": dict(rope_type="linear", factor=4.0, rope_theta=1000000.0),
+                "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+            },
+        ),
+    ),
 }
 
 DECODE_STEPS = 8
@@ -135,7 +170,7 @@ STD_QK = 0.12
 STD_LINEAR = 0.08
 STD_LM_HEAD = 0.15
 STD_BIAS = 0.2
-STD_NORM = 0.1  # norm weights are 1 + STD_NORM * N(0, 1)
+STD_NORM = 0.1  # norm weights are norm_one + STD_NORM * N(0, 1), norm_one 1 unless a variant says
 
 GOLDEN_DOC = {
     "prompt{p}.input_ids": "int32 [S_p]: random token ids of prompt p (p = 0, 1)",
@@ -157,13 +192,13 @@ GOLDEN_DOC = {
 }
 
 
-def init_weights(model: torch.nn.Module, seed: int) -> None:
+def init_weights(model: torch.nn.Module, seed: int, norm_one: float = 1.0) -> None:
     gen = torch.Generator().manual_seed(seed)
     tied = model.config.tie_word_embeddings
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):  # layer norms and q_norm / k_norm
-                p.copy_(1.0 + STD_NORM * torch.randn(p.shape, generator=gen))
+                p.copy_(norm_one + STD_NORM * torch.randn(p.shape, generator=gen))
             elif "embed_tokens" in name:
                 p.copy_((STD_LM_HEAD if tied else STD_EMBED) * torch.randn(p.shape, generator=gen))
             elif "lm_head" in name:
@@ -212,7 +247,11 @@ def recompute_layer0(model, modeling, ids: torch.Tensor):
     if hasattr(attn, "q_norm"):
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
-    cos, sin = m.rotary_emb(h, torch.arange(S).unsqueeze(0))
+    layer_types = getattr(model.config, "layer_types", None)
+    if isinstance(m.rotary_emb, modeling_gemma3.Gemma3RotaryEmbedding):  # one RoPE per layer type
+        cos, sin = m.rotary_emb(h, torch.arange(S).unsqueeze(0), layer_types[0])
+    else:
+        cos, sin = m.rotary_emb(h, torch.arange(S).unsqueeze(0))
     q, k = modeling.apply_rotary_pos_emb(q, k, cos, sin)
     return q, k, v
 
@@ -222,7 +261,7 @@ def make_variant(name: str, spec: dict) -> None:
     torch.manual_seed(spec["seed"])
     config = config_cls(**spec["config"], dtype="float32")
     model = model_cls(config)
-    init_weights(model, spec["seed"])
+    init_weights(model, spec["seed"], spec.get("norm_one", 1.0))
     model.eval()
 
     out_dir = OUT_ROOT / name
@@ -328,9 +367,14 @@ def make_variant(name: str, spec: dict) -> None:
         # window cannot pass the test).
         if any(w is not None for w in windows):
             full_cfg = model_cls.config_class.from_pretrained(out_dir)
-            full_cfg.sliding_window = None
-            if getattr(full_cfg, "layer_types", None) is not None:
-                full_cfg.layer_types = ["full_attention"] * L
+            if model_cls is Gemma3ForCausalLM:
+                # Gemma builds a sliding mask whenever a layer is "sliding_attention" (and each
+                # layer type has its own RoPE): the window made longer than any prompt instead.
+                full_cfg.sliding_window = 1 << 20
+            else:
+                full_cfg.sliding_window = None
+                if getattr(full_cfg, "layer_types", None) is not None:
+                    full_cfg.layer_types = ["full_attention"] * L
             unwindowed = model_cls.from_pretrained(
                 out_dir, config=full_cfg, attn_implementation="eager", dtype=torch.float32
             ).eval()

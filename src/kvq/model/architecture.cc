@@ -11,8 +11,8 @@
 namespace kvq::model {
 namespace {
 
-const std::array<Architecture, 4>& table() {
-  static const std::array<Architecture, 4> rows = {
+const std::array<Architecture, 5>& table() {
+  static const std::array<Architecture, 5> rows = {
       Architecture{
           .hf_class = "LlamaForCausalLM",
           .model_type = "llama",
@@ -73,6 +73,31 @@ const std::array<Architecture, 4>& table() {
           .rotary_classes = {"MistralRotaryEmbedding", "Module"},
           .activation_classes = {"SiLUActivation", "Module"},
       },
+      Architecture{
+          .hf_class = "Gemma3ForCausalLM",
+          .model_type = "gemma3_text",
+          .hidden_act = "gelu_pytorch_tanh",
+          .forward = {.norm = NormKind::kRmsOnePlus,
+                      .norm_placement = NormPlacement::kSandwich,
+                      .qk_norm = true,
+                      .window_layers = WindowLayers::kPattern,
+                      .scale_embeddings = true,
+                      .activation = MlpActivation::kGeluTanh,
+                      .query_pre_attn_scalar = true,
+                      .local_rope = true,
+                      .final_softcapping = true},
+          .causal_lm_classes = {"Gemma3ForCausalLM", "Gemma3PreTrainedModel", "PreTrainedModel",
+                                "Module"},
+          .model_classes = {"Gemma3TextModel", "Gemma3PreTrainedModel", "PreTrainedModel",
+                            "Module"},
+          .decoder_layer_classes = {"Gemma3DecoderLayer", "GradientCheckpointingLayer", "Module"},
+          .attention_classes = {"Gemma3Attention", "Module"},
+          .mlp_classes = {"Gemma3MLP", "Module"},
+          .norm_classes = {"Gemma3RMSNorm", "Module"},
+          .rotary_classes = {"Gemma3RotaryEmbedding", "Module"},
+          .activation_classes = {"GELUTanh", "Module"},
+          .embedding_classes = {"Gemma3TextScaledWordEmbedding", "Embedding", "Module"},
+      },
   };
   return rows;
 }
@@ -122,6 +147,28 @@ bool is_transform_weight(const model::ModelConfig& c, std::string_view name) {
   return false;
 }
 
+// `window` on the layers config.layer_types names "sliding_attention", 0 on the others.
+std::vector<std::int64_t> windows_of_layer_types(const model::ModelConfig& c, std::int64_t window,
+                                                 std::string_view source) {
+  const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
+  if (c.layer_types.size() != layers) {
+    fail<ConfigError>("{}: layer_types lists {} layers but num_hidden_layers is {}", source,
+                      c.layer_types.size(), layers);
+  }
+  std::vector<std::int64_t> out(layers, 0);
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::string& type = c.layer_types[l];
+    if (type == "sliding_attention") {
+      out[l] = window;
+    } else if (type != "full_attention") {
+      fail<ConfigError>(
+          "{}: layer_types[{}] is '{}'; kvq runs 'full_attention' and 'sliding_attention'", source,
+          l, type);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::span<const Architecture> architectures() { return table(); }
@@ -162,7 +209,14 @@ const Architecture& find_architecture(const model::ModelConfig& c, std::string_v
     }
   }
   if (found == nullptr) {
-    fail<NotSupported>("{}: architecture {} is not supported; kvq runs {}", source, asked,
+    // The multimodal Gemma 3 checkpoints (gemma-3-4b and up) nest the text model's config under
+    // text_config and its tensors under model.language_model, next to a vision tower.
+    const std::string_view hint =
+        asked == "Gemma3ForConditionalGeneration" || c.model_type == "gemma3"
+            ? " (the multimodal Gemma 3: kvq runs the text-only Gemma3ForCausalLM, "
+              "model_type gemma3_text)"
+            : "";
+    fail<NotSupported>("{}: architecture {} is not supported{}; kvq runs {}", source, asked, hint,
                        supported_list());
   }
   if (!c.hidden_act.empty() && c.hidden_act != found->hidden_act) {
@@ -172,13 +226,17 @@ const Architecture& find_architecture(const model::ModelConfig& c, std::string_v
   return *found;
 }
 
-void check_forward_support(const Architecture& arch, std::string_view source) {
-  const ForwardSpec& f = arch.forward;
+void check_forward_support(const Architecture& arch, const model::ModelConfig& c,
+                           std::string_view source) {
   std::vector<std::string> missing;
-  if (f.norm != NormKind::kRms) missing.push_back("RMSNorm with (1 + w) weights");
-  if (f.norm_placement != NormPlacement::kPre) missing.push_back("sandwich norms");
-  if (f.rope != RopeStyle::kRotateHalf) missing.push_back("its RoPE layout");
-  if (f.scale_embeddings) missing.push_back("scaled embeddings");
+  // Gemma's classes read these fields next to final_logit_softcapping (the rows with
+  // final_softcapping); the other families' classes ignore them, and so does kvq.
+  if (arch.forward.final_softcapping && c.attn_logit_softcapping) {
+    missing.push_back(fmt::format("attn_logit_softcapping {}", *c.attn_logit_softcapping));
+  }
+  if (arch.forward.final_softcapping && c.use_bidirectional_attention) {
+    missing.push_back("use_bidirectional_attention");
+  }
   if (!missing.empty()) {
     fail<NotSupported>("{}: {} needs what kvq's forward pass does not implement yet: {}", source,
                        arch.hf_class, name_list(missing, missing.size()));
@@ -190,7 +248,7 @@ std::vector<std::int64_t> layer_windows(const Architecture& arch, const model::M
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   std::vector<std::int64_t> out(layers, 0);
   // transformers' config default when config.json has no "sliding_window" (MistralConfig,
-  // Qwen2Config, Qwen3Config all say 4096); null is 0, no window.
+  // Qwen2Config, Qwen3Config, Gemma3TextConfig all say 4096); null is 0, no window.
   const std::int64_t window = c.sliding_window.value_or(4096);
   switch (arch.forward.window_layers) {
     case WindowLayers::kNone:
@@ -198,6 +256,16 @@ std::vector<std::int64_t> layer_windows(const Architecture& arch, const model::M
     case WindowLayers::kAll:
       std::fill(out.begin(), out.end(), window);
       return out;
+    case WindowLayers::kPattern:
+      if (window == 0) return out;
+      if (c.layer_types.empty()) {  // Gemma3TextConfig.__post_init__
+        const std::int64_t pattern = c.sliding_window_pattern.value_or(6);
+        for (std::size_t l = 0; l < layers; ++l) {
+          if ((static_cast<std::int64_t>(l) + 1) % pattern != 0) out[l] = window;
+        }
+        return out;
+      }
+      return windows_of_layer_types(c, window, source);
     case WindowLayers::kOptIn:
       if (!c.use_sliding_window.value_or(false) || window == 0) return out;
       if (c.layer_types.empty()) {
@@ -207,21 +275,7 @@ std::vector<std::int64_t> layer_windows(const Architecture& arch, const model::M
         }
         return out;
       }
-      if (c.layer_types.size() != layers) {
-        fail<ConfigError>("{}: layer_types lists {} layers but num_hidden_layers is {}", source,
-                          c.layer_types.size(), layers);
-      }
-      for (std::size_t l = 0; l < layers; ++l) {
-        const std::string& type = c.layer_types[l];
-        if (type == "sliding_attention") {
-          out[l] = window;
-        } else if (type != "full_attention") {
-          fail<ConfigError>(
-              "{}: layer_types[{}] is '{}'; kvq runs 'full_attention' and 'sliding_attention'",
-              source, l, type);
-        }
-      }
-      return out;
+      return windows_of_layer_types(c, window, source);
   }
   return out;
 }

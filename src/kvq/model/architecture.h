@@ -3,7 +3,9 @@
 // the forward pass reads; CausalLM::build and CausalLM::run take everything family-specific from
 // it, so a new architecture is a new row plus whatever new knob it needs (issue 18). Rows: Llama
 // (also Llama 3.x: rope_scaling comes from config.json), Qwen2 / Qwen2.5 (q/k/v biases), Qwen3
-// (q/k RMSNorm per head before RoPE), Mistral (sliding window on every layer).
+// (q/k RMSNorm per head before RoPE), Mistral (sliding window on every layer), Gemma 3's text
+// model ((1 + w) sandwich norms, q/k norms, scaled embeddings, query_pre_attn_scalar, GeGLU,
+// interleaved sliding / global layers with their own RoPE bases, final logit softcapping).
 //
 // Loading refuses what kvq cannot run instead of guessing: an architecture that has no row, a
 // checkpoint tensor the row does not know (a Qwen2 q_proj.bias would otherwise be dropped
@@ -24,9 +26,8 @@ namespace kvq::model {
 
 // The forward pass's knobs: how one family's decoder layer differs from another's. Llama's values
 // are the defaults. expected_tensors reads them (a qkv bias or a q/k norm is a tensor the
-// checkpoint must hold); CausalLM::build refuses a row with values its forward does not implement
-// yet (check_forward_support: Gemma's norms and embedding scale), so a row can describe a family
-// before its kernels land (issue 18).
+// checkpoint must hold); CausalLM::build refuses config values its forward does not implement
+// (check_forward_support: attention logit softcapping, bidirectional attention).
 enum class NormKind {
   kRms,         // y = w · x / sqrt(mean(x²) + eps)                  (Llama, Qwen, Mistral)
   kRmsOnePlus,  // y = (1 + w) · x / sqrt(mean(x²) + eps)            (Gemma)
@@ -41,11 +42,19 @@ enum class RopeStyle {
 // Which layers attend to a sliding window of config.json's sliding_window tokens (the others
 // see every earlier token): the family's config convention, as transformers reads it.
 enum class WindowLayers {
-  kNone,   // no sliding window; a sliding_window in the config is ignored      (Llama)
-  kAll,    // every layer; sliding_window null = none, absent = 4096            (Mistral)
-  kOptIn,  // only with use_sliding_window (default false): the layers layer_types names
-           // "sliding_attention", or without layer_types those from max_window_layers (default
-           // 28) on; sliding_window absent = 4096                              (Qwen2, Qwen3)
+  kNone,     // no sliding window; a sliding_window in the config is ignored      (Llama)
+  kAll,      // every layer; sliding_window null = none, absent = 4096            (Mistral)
+  kOptIn,    // only with use_sliding_window (default false): the layers layer_types names
+             // "sliding_attention", or without layer_types those from max_window_layers (default
+             // 28) on; sliding_window absent = 4096                              (Qwen2, Qwen3)
+  kPattern,  // the layers layer_types names "sliding_attention", or without layer_types all but
+             // every sliding_window_pattern-th (default 6: layer i slides when (i + 1) % 6 != 0);
+             // sliding_window null = none, absent = 4096                     (Gemma 3)
+};
+// The gated MLP's activation, from the row's hidden_act.
+enum class MlpActivation {
+  kSilu,      // "silu": SwiGLU                                          (Llama, Qwen, Mistral)
+  kGeluTanh,  // "gelu_pytorch_tanh": GeGLU with the tanh form of GELU  (Gemma 3)
 };
 struct ForwardSpec {
   NormKind norm = NormKind::kRms;
@@ -55,6 +64,13 @@ struct ForwardSpec {
   RopeStyle rope = RopeStyle::kRotateHalf;
   WindowLayers window_layers = WindowLayers::kNone;
   bool scale_embeddings = false;  // embeddings × sqrt(hidden_size)  (Gemma)
+  MlpActivation activation = MlpActivation::kSilu;
+  // Attention scale query_pre_attn_scalar^-0.5 (config default 256) instead of head_dim^-0.5;
+  // sliding layers use the config's rope_local_theta RoPE; logits softcapped by the config's
+  // final_logit_softcapping when set                                      (Gemma 3)
+  bool query_pre_attn_scalar = false;
+  bool local_rope = false;
+  bool final_softcapping = false;
 };
 
 struct Architecture {
@@ -72,6 +88,7 @@ struct Architecture {
   std::vector<std::string> norm_classes;           // the RMSNorms
   std::vector<std::string> rotary_classes;         // "model.rotary_emb"
   std::vector<std::string> activation_classes;     // "model.layers.N.mlp.act_fn"
+  std::vector<std::string> embedding_classes = {"Embedding", "Module"};  // "model.embed_tokens"
 };
 
 // Every architecture kvq runs.
@@ -80,10 +97,11 @@ std::span<const Architecture> architectures();
 // the config's hidden_act. NotSupported naming the architecture and listing kvq's otherwise.
 const Architecture& find_architecture(const model::ModelConfig& config, std::string_view source);
 
-// NotSupported naming `source`, the architecture and each knob of arch.forward that CausalLM's
-// forward does not implement yet (Gemma's (1 + w) norms, sandwich norms, scaled embeddings).
+// NotSupported naming `source`, the architecture and each value of the config that CausalLM's
+// forward does not implement for it (attn_logit_softcapping, use_bidirectional_attention).
 // Called by CausalLM::build.
-void check_forward_support(const Architecture& arch, std::string_view source);
+void check_forward_support(const Architecture& arch, const model::ModelConfig& config,
+                           std::string_view source);
 
 // Per layer, how many keys its queries see: 0 = every earlier token, w > 0 = the last w tokens,
 // the query's own included (transformers' sliding window: key t visible from query p when

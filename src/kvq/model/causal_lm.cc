@@ -59,8 +59,11 @@ struct CausalLM::Layer {
   const float* q_norm = nullptr;     // [head_dim] per-head RMSNorm of q before RoPE, or none
   const float* k_norm = nullptr;     // [head_dim] the same for k (qk_norm)
   const float* in_norm = nullptr;    // [hidden]
-  const float* post_norm = nullptr;  // [hidden]
+  const float* post_norm = nullptr;  // [hidden] post_attention_layernorm
+  const float* pre_ff = nullptr;     // [hidden] sandwich norms: pre_feedforward_layernorm, or none
+  const float* post_ff = nullptr;    // [hidden] post_feedforward_layernorm
   std::int64_t window = 0;           // > 0: attends to the last `window` tokens only
+  bool local_rope = false;           // RoPE of inv_freq_local_ (Gemma 3's sliding layers)
 };
 
 DType parse_weight_dtype(std::string_view name) {
@@ -209,7 +212,7 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
   }
   validate_config(config, source);
   arch_ = &find_architecture(config, source);
-  check_forward_support(*arch_, source);
+  check_forward_support(*arch_, config, source);
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : weights) shapes.emplace(name, t.shape());
   check_checkpoint_tensors(*arch_, config, shapes, source);
@@ -221,12 +224,29 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
   const bool bf16 = options.weights == DType::kBF16;
   const Storage matrix = bf16 ? Storage::kBF16 : Storage::kF32View;
   const Storage vector = bf16 ? Storage::kF32Own : Storage::kF32View;
+  const ForwardSpec& f = arch_->forward;
   inv_freq_ = rope_inv_freq(config);
+  const bool local_rope = f.local_rope && config.rope_local_theta > 0;
+  if (local_rope) {
+    inv_freq_local_ = rope_inv_freq(config, config.rope_local_theta, config.rope_local_scaling);
+  }
+  // Gemma3TextScaledWordEmbedding: sqrt(hidden) as an fp32 tensor, cast to the table's dtype.
+  embed_scale_ = 1.0f;
+  if (f.scale_embeddings) {
+    embed_scale_ = static_cast<float>(std::sqrt(static_cast<double>(config.hidden_size)));
+    if (bf16) embed_scale_ = bf16_to_f32(f32_to_bf16(embed_scale_));
+  }
+  // head_dim^-0.5, or Gemma's query_pre_attn_scalar^-0.5 (a Python float, used in fp32).
+  attn_scale_ = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim)));
+  if (f.query_pre_attn_scalar) {
+    attn_scale_ = static_cast<float>(std::pow(config.query_pre_attn_scalar.value_or(256.0), -0.5));
+  }
+  final_softcap_ =
+      f.final_softcapping ? static_cast<float>(config.final_logit_softcapping.value_or(0)) : 0.0f;
   const std::int64_t hid = config.hidden_size, inter = config.intermediate_size;
   const std::int64_t d = config.head_dim;
   const std::int64_t qdim = config.num_attention_heads * d, kvdim = config.num_key_value_heads * d;
 
-  const ForwardSpec& f = arch_->forward;
   // A Linear; with `bias` its fp32 bias [out] is stored in *bias.
   auto linear = [&](Module* parent, const std::string& name, const Shape& shape,
                     const float** bias = nullptr) {
@@ -238,16 +258,23 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
     }
     return linear_weight(m->weight());
   };
-  auto rms_norm = [&](Module* parent, const std::string& name, std::int64_t dim) {
+  // An RMSNorm module holding the checkpoint's weight; returns the multiplier the forward
+  // applies: that weight, or for (1 + w) norms 1 + w computed once in fp32 (Gemma3RMSNorm's
+  // `1.0 + self.weight.float()`), so one rmsnorm kernel serves both.
+  auto rms_norm = [&](Module* parent, const std::string& name, std::int64_t dim) -> const float* {
     Module* m = parent->add_child(make_module(name, arch_->norm_classes));
     m->set_weight(take_weight(weights, name + ".weight", {dim}, source, vector));
-    return m;
+    if (f.norm == NormKind::kRms) return m->weight().f32();
+    const float* w = m->weight().f32();
+    std::vector<float>& one_plus = norm_one_plus_.emplace_back(static_cast<std::size_t>(dim));
+    for (std::int64_t i = 0; i < dim; ++i) one_plus[static_cast<std::size_t>(i)] = 1.0f + w[i];
+    return one_plus.data();
   };
   const std::vector<std::int64_t> windows = layer_windows(*arch_, config, source);
 
   root_ = make_module("", arch_->causal_lm_classes);
   Module* model = root_->add_child(make_module("model", arch_->model_classes));
-  embed_ = model->add_child(make_module("model.embed_tokens", embedding_classes()));
+  embed_ = model->add_child(make_module("model.embed_tokens", arch_->embedding_classes));
   embed_->set_weight(
       take_weight(weights, "model.embed_tokens.weight", {config.vocab_size, hid}, source, matrix));
   Module* list = model->add_child(make_module("model.layers", module_list_classes()));
@@ -264,19 +291,24 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
     L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid}, f.qkv_bias ? &L.bv : nullptr);
     L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim});
     if (f.qk_norm) {  // after o_proj: transformers registers them in that order
-      L.q_norm = rms_norm(L.attn, p + ".self_attn.q_norm", d)->weight().f32();
-      L.k_norm = rms_norm(L.attn, p + ".self_attn.k_norm", d)->weight().f32();
+      L.q_norm = rms_norm(L.attn, p + ".self_attn.q_norm", d);
+      L.k_norm = rms_norm(L.attn, p + ".self_attn.k_norm", d);
     }
     L.window = windows[static_cast<std::size_t>(l)];
+    L.local_rope = local_rope && L.window > 0;
     Module* mlp = layer->add_child(make_module(p + ".mlp", arch_->mlp_classes));
     L.w_gate = linear(mlp, p + ".mlp.gate_proj", {inter, hid});
     L.w_up = linear(mlp, p + ".mlp.up_proj", {inter, hid});
     L.w_down = linear(mlp, p + ".mlp.down_proj", {hid, inter});
     mlp->add_child(make_module(p + ".mlp.act_fn", arch_->activation_classes));
-    L.in_norm = rms_norm(layer, p + ".input_layernorm", hid)->weight().f32();
-    L.post_norm = rms_norm(layer, p + ".post_attention_layernorm", hid)->weight().f32();
+    L.in_norm = rms_norm(layer, p + ".input_layernorm", hid);
+    L.post_norm = rms_norm(layer, p + ".post_attention_layernorm", hid);
+    if (f.norm_placement == NormPlacement::kSandwich) {
+      L.pre_ff = rms_norm(layer, p + ".pre_feedforward_layernorm", hid);
+      L.post_ff = rms_norm(layer, p + ".post_feedforward_layernorm", hid);
+    }
   }
-  norm_ = rms_norm(model, "model.norm", hid);
+  final_norm_ = rms_norm(model, "model.norm", hid);
   model->add_child(make_module("model.rotary_emb", arch_->rotary_classes));
   lm_head_ = root_->add_child(make_module("lm_head", linear_classes()));
   if (config.tie_word_embeddings) {
@@ -404,8 +436,17 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
       std::memcpy(x.data() + r * hid, emb.f32() + row, n(hid) * sizeof(float));
     }
   }
-  std::vector<RopeTable> ropes;  // one per cache: positions [past, past + S)
-  for (KvCache* cache : caches) ropes.push_back(rope_table(inv_freq_, cache->length(), S));
+  if (embed_scale_ != 1.0f) {
+    for (float& v : x) v *= embed_scale_;
+  }
+  // One table per cache (positions [past, past + S)) and per RoPE (the sliding layers' own).
+  std::vector<RopeTable> ropes, local_ropes;
+  for (KvCache* cache : caches) {
+    ropes.push_back(rope_table(inv_freq_, cache->length(), S));
+    if (!inv_freq_local_.empty()) {
+      local_ropes.push_back(rope_table(inv_freq_local_, cache->length(), S));
+    }
+  }
   std::vector<float> h(n(rows * hid));       // [batch * S, hidden] normed
   std::vector<float> qp(n(rows * H * d));    // [batch * S, heads * head_dim]
   std::vector<float> kp(n(rows * Hkv * d));  // [batch * S, kv_heads * head_dim]
@@ -417,18 +458,17 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
   std::vector<float> o(n(rows * hid));                            // [batch * S, hidden]
   std::vector<float> gate(n(rows * inter)), up(n(rows * inter));  // [batch * S, intermediate]
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
 
-  // [batch * S, heads * d] → [batch, heads, S, d], RoPE applied when `rotate`.
+  // [batch * S, heads * d] → [batch, heads, S, d], RoPE of `tables` applied unless null.
   auto to_heads = [&](const std::vector<float>& src, std::vector<float>& dst, std::int64_t heads,
-                      bool rotate) {
+                      const std::vector<RopeTable>* tables) {
     for (std::int64_t b = 0; b < batch; ++b) {
       for (std::int64_t hh = 0; hh < heads; ++hh) {
         for (std::int64_t s = 0; s < S; ++s) {
           float* out = dst.data() + ((b * heads + hh) * S + s) * d;
           std::memcpy(out, src.data() + ((b * S + s) * heads + hh) * d, n(d) * sizeof(float));
-          if (rotate) {
-            const RopeTable& rope = ropes[static_cast<std::size_t>(shared ? 0 : b)];
+          if (tables != nullptr) {
+            const RopeTable& rope = (*tables)[static_cast<std::size_t>(shared ? 0 : b)];
             kernels::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
           }
         }
@@ -452,9 +492,10 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
       kernels::rmsnorm(qp.data(), L.q_norm, qp.data(), rows * H, d, eps);
       kernels::rmsnorm(kp.data(), L.k_norm, kp.data(), rows * Hkv, d, eps);
     }
-    to_heads(qp, q, H, true);
-    to_heads(kp, k, Hkv, true);
-    to_heads(vp, v, Hkv, false);
+    const std::vector<RopeTable>* rope = L.local_rope ? &local_ropes : &ropes;
+    to_heads(qp, q, H, rope);
+    to_heads(kp, k, Hkv, rope);
+    to_heads(vp, v, Hkv, nullptr);
 
     // Hooks and cache writes per cache: each sees its sequences at its own positions.
     for (std::size_t i = 0; i < caches.size(); ++i) {
@@ -479,32 +520,50 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
         kviews[n(hh)] = cache.keys(l).rows(slot_of(b), hh);
         vviews[n(hh)] = cache.values(l).rows(slot_of(b), hh);
       }
-      const kernels::AttentionParams ap{H, Hkv, d, S, past_of(b), scale, L.window};
+      const kernels::AttentionParams ap{H, Hkv, d, S, past_of(b), attn_scale_, L.window};
       kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
                          attn_out.data() + b * S * H * d);
     }
     apply_linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
+    // Pre-norm: x += attn; h = post_attention_layernorm(x). Sandwich (Gemma 3): x +=
+    // post_attention_layernorm(attn); h = pre_feedforward_layernorm(x); the MLP's output is
+    // normed by post_feedforward_layernorm before it is added.
+    const bool sandwich = L.pre_ff != nullptr;
+    if (sandwich) kernels::rmsnorm(o.data(), L.post_norm, o.data(), rows, hid, eps);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
-    kernels::rmsnorm(x.data(), L.post_norm, h.data(), rows, hid, eps);
+    kernels::rmsnorm(x.data(), sandwich ? L.pre_ff : L.post_norm, h.data(), rows, hid, eps);
     apply_linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
     apply_linear(h.data(), L.w_up, up.data(), rows, inter, hid);
+    const bool gelu = arch_->forward.activation == MlpActivation::kGeluTanh;
 #pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
     for (std::int64_t r = 0; r < rows; ++r) {
-      kernels::swiglu(gate.data() + r * inter, up.data() + r * inter, gate.data() + r * inter,
-                      inter);
+      float* g = gate.data() + r * inter;
+      const float* u = up.data() + r * inter;
+      if (gelu) {
+        kernels::geglu(g, u, g, inter);
+      } else {
+        kernels::swiglu(g, u, g, inter);
+      }
     }
     apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
+    if (sandwich) kernels::rmsnorm(o.data(), L.post_ff, o.data(), rows, hid, eps);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }
   for (KvCache* cache : caches) cache->advance(S);
-  kernels::rmsnorm(x.data(), norm_->weight().f32(), h.data(), rows, hid, eps);
+  kernels::rmsnorm(x.data(), final_norm_, h.data(), rows, hid, eps);
   return h;
 }
 
 void CausalLM::compute_logits(const float* hidden, std::int64_t rows, float* logits) const {
   apply_linear(hidden, linear_weight(lm_head_->weight()), logits, rows, config_.vocab_size,
                config_.hidden_size);
+  if (final_softcap_ > 0.0f) {  // Gemma's final_logit_softcapping, in fp32 as transformers
+    const std::int64_t n = rows * config_.vocab_size;
+    for (std::int64_t i = 0; i < n; ++i) {
+      logits[i] = std::tanh(logits[i] / final_softcap_) * final_softcap_;
+    }
+  }
 }
 
 Tensor CausalLM::logits_for(const std::vector<float>& hidden, std::int64_t batch, std::int64_t seq,

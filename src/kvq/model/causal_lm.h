@@ -1,6 +1,6 @@
 // A decoder-only causal LM (the architecture a row of model/architecture.h describes: Llama,
-// Qwen2, Qwen3, Mistral): forward pass in fp32, with hookable attention and an appendable KV
-// cache.
+// Qwen2, Qwen3, Mistral, Gemma 3 text): forward pass in fp32, with hookable attention and an
+// appendable KV cache.
 //
 // Math (transformers' modeling_llama): embed → per layer [x += o_proj(attn(rope(q), rope(k), v))
 // of input_layernorm(x); x += down(silu(gate(h)) * up(h)) of post_attention_layernorm(x)] → norm
@@ -8,6 +8,12 @@
 // + eps)); RoPE rotate-half; GQA causal softmax attention with scale 1/sqrt(head_dim). The row's
 // knobs add: q/k/v = proj(h) + bias (qkv_bias); q, k = RMSNorm over each head's head_dim before
 // RoPE (qk_norm); each layer's sliding window (layer_windows: a query sees its last w tokens).
+// Gemma 3 (its row's knobs): every RMSNorm multiplies by (1 + w); sandwich norms [x +=
+// post_attention_layernorm(attn(input_layernorm(x))); x += post_feedforward_layernorm(mlp(
+// pre_feedforward_layernorm(x)))]; embeddings × sqrt(hidden) (in the table's dtype, as
+// transformers casts it); scale query_pre_attn_scalar^-0.5; GeGLU (gelu tanh); sliding layers
+// with their own RoPE (rope_local_theta); logits = cap · tanh(logits / cap) with
+// final_logit_softcapping.
 // The KV cache keeps every token even on windowed layers (attention reads only the window; a
 // ring buffer per windowed layer is issue 18's follow-up).
 //
@@ -20,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -85,6 +92,10 @@ class CausalLM {
   const std::map<std::string, Tensor>& attention_qparams() const { return attention_qparams_; }
   // kF32 or kBF16: the dtype of the Linear weights and the embedding table (LoadOptions).
   DType weight_dtype() const { return weight_dtype_; }
+  // What the embeddings are multiplied by: 1, or with the row's scale_embeddings (Gemma)
+  // sqrt(hidden_size) rounded to fp32 and then to the embedding table's dtype (bf16 under
+  // LoadOptions::weights = kBF16), as transformers casts its normalizer to the weight dtype.
+  float embedding_scale() const { return embed_scale_; }
 
   // The module tree ("" LlamaForCausalLM, "model", ..., "lm_head") and lookups.
   Module& root() { return *root_; }
@@ -153,9 +164,14 @@ class CausalLM {
   std::map<std::string, Tensor> attention_qparams_;  // small copies: the mmap may go
   DType weight_dtype_ = DType::kF32;
   std::vector<float> inv_freq_;
+  std::vector<float> inv_freq_local_;  // the sliding layers' RoPE (Gemma 3), or empty
+  float embed_scale_ = 1.0f;    // embeddings × this (Gemma: sqrt(hidden) in the table's dtype)
+  float attn_scale_ = 1.0f;     // attention scores × this
+  float final_softcap_ = 0.0f;  // > 0: logits = cap · tanh(logits / cap)
+  std::deque<std::vector<float>> norm_one_plus_;  // (1 + w) of each Gemma norm (stable addresses)
   std::unique_ptr<Module> root_;
   Module* embed_ = nullptr;
-  Module* norm_ = nullptr;
+  const float* final_norm_ = nullptr;  // model.norm's multiplier (its weight, or 1 + w)
   Module* lm_head_ = nullptr;
   std::vector<Layer> layers_;
 };

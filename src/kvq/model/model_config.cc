@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 #include "kvq/core/tensor.h"
@@ -214,18 +216,64 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
     fail<ConfigError>("{}: field 'rms_norm_eps' must be positive, got {}", source, c.rms_norm_eps);
   }
 
-  // transformers 5 moved rope_theta and the scaling into "rope_parameters"; accept both.
-  c.rope_theta = optional_double(j, source, "rope_theta").value_or(10000.0);
-  if (const json* rp = field(j, "rope_parameters")) {
-    c.rope_scaling = parse_rope_scaling(*rp, source, "rope_parameters");
-    if (const json* theta = field(*rp, "rope_theta")) {
-      c.rope_theta = as_double(*theta, source, "rope_parameters.rope_theta");
+  // transformers 5 moved rope_theta and the scaling into "rope_parameters"; accept both. Gemma 3
+  // has one RoPE per layer type: rope_parameters {"full_attention": {...}, "sliding_attention":
+  // {...}} in transformers 5; rope_theta + rope_scaling (global layers) and rope_local_base_freq
+  // (sliding layers) before, with Gemma3TextConfig's defaults 1e6 and 1e4.
+  const bool gemma3 = c.model_type == "gemma3_text";
+  c.rope_theta = optional_double(j, source, "rope_theta").value_or(gemma3 ? 1e6 : 10000.0);
+  if (gemma3) c.rope_local_theta = optional_double(j, source, "rope_local_base_freq").value_or(1e4);
+  // One RoPE's parameters (rope_type, scaling, rope_theta) from the object `r` named `key`.
+  const auto read_rope = [&](const json& r, std::string_view key, RopeScaling& scaling,
+                             double& theta) {
+    scaling = parse_rope_scaling(r, source, key);
+    if (const json* t = field(r, "rope_theta")) {
+      theta = as_double(*t, source, fmt::format("{}.rope_theta", key));
     }
+  };
+  const json* rp = field(j, "rope_parameters");
+  if (rp != nullptr && rp->is_object() &&
+      (rp->contains("full_attention") || rp->contains("sliding_attention"))) {
+    if (const json* full = field(*rp, "full_attention")) {
+      read_rope(*full, "rope_parameters.full_attention", c.rope_scaling, c.rope_theta);
+    }
+    if (const json* sliding = field(*rp, "sliding_attention")) {
+      if (c.rope_local_theta == 0) c.rope_local_theta = c.rope_theta;
+      read_rope(*sliding, "rope_parameters.sliding_attention", c.rope_local_scaling,
+                c.rope_local_theta);
+    }
+  } else if (rp != nullptr) {
+    read_rope(*rp, "rope_parameters", c.rope_scaling, c.rope_theta);
   } else if (const json* rs = field(j, "rope_scaling")) {
     c.rope_scaling = parse_rope_scaling(*rs, source, "rope_scaling");
   }
   if (!(c.rope_theta > 0)) {
     fail<ConfigError>("{}: field 'rope_theta' must be positive, got {}", source, c.rope_theta);
+  }
+  if (c.rope_local_theta < 0) {
+    fail<ConfigError>("{}: the sliding layers' rope_theta must be positive, got {}", source,
+                      c.rope_local_theta);
+  }
+  c.sliding_window_pattern = optional_int(j, source, "sliding_window_pattern");
+  if (c.sliding_window_pattern) {
+    require_positive(*c.sliding_window_pattern, source, "sliding_window_pattern");
+  }
+  c.query_pre_attn_scalar = optional_double(j, source, "query_pre_attn_scalar");
+  if (c.query_pre_attn_scalar && !(*c.query_pre_attn_scalar > 0)) {
+    fail<ConfigError>("{}: field 'query_pre_attn_scalar' must be positive, got {}", source,
+                      *c.query_pre_attn_scalar);
+  }
+  c.final_logit_softcapping = optional_double(j, source, "final_logit_softcapping");
+  c.attn_logit_softcapping = optional_double(j, source, "attn_logit_softcapping");
+  for (const auto& [key, cap] : {std::pair<std::string_view, std::optional<double>>{
+                                     "final_logit_softcapping", c.final_logit_softcapping},
+                                 {"attn_logit_softcapping", c.attn_logit_softcapping}}) {
+    if (cap && !(*cap > 0)) {
+      fail<ConfigError>("{}: field '{}' must be positive or null, got {}", source, key, *cap);
+    }
+  }
+  if (const json* t = field(j, "use_bidirectional_attention")) {
+    c.use_bidirectional_attention = as_bool(*t, source, "use_bidirectional_attention");
   }
 
   if (const json* t = field(j, "tie_word_embeddings")) {
@@ -252,9 +300,13 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
       c.layer_types.push_back(e.get<std::string>());
     }
   }
-  if (const json* t = field(j, "hidden_act")) {
-    if (!t->is_string()) fail<ConfigError>("{}: field 'hidden_act' must be a string", source);
-    c.hidden_act = t->get<std::string>();
+  // Gemma's configs name the MLP activation "hidden_activation" (Gemma3TextConfig has no
+  // hidden_act); the other families "hidden_act".
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    if (const json* t = field(j, key)) {
+      if (!t->is_string()) fail<ConfigError>("{}: field '{}' must be a string", source, key);
+      c.hidden_act = t->get<std::string>();
+    }
   }
   c.bos_token_id = optional_int(j, source, "bos_token_id");
   c.pad_token_id = optional_int(j, source, "pad_token_id");
@@ -320,7 +372,8 @@ json model_config_to_json(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["attention_bias"] = c.attention_bias;
   j["mlp_bias"] = c.mlp_bias;
-  j["hidden_act"] = c.hidden_act.empty() ? std::string("silu") : c.hidden_act;
+  j[j.contains("hidden_activation") ? "hidden_activation" : "hidden_act"] =
+      c.hidden_act.empty() ? std::string("silu") : c.hidden_act;
   j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
   j["pad_token_id"] = c.pad_token_id ? json(*c.pad_token_id) : json(nullptr);
   if (c.eos_token_ids.empty()) {
@@ -341,20 +394,29 @@ json model_config_to_json(const ModelConfig& c) {
   // Written in both spellings so transformers 4 (rope_theta + rope_scaling), transformers 5
   // (rope_parameters) and vLLM read the same values.
   j["rope_theta"] = c.rope_theta;
-  json rope_parameters = {{"rope_type", c.rope_scaling.rope_type}, {"rope_theta", c.rope_theta}};
-  if (c.rope_scaling.rope_type == "default") {
-    j["rope_scaling"] = nullptr;
-  } else {
-    json s = {{"rope_type", c.rope_scaling.rope_type}, {"factor", c.rope_scaling.factor}};
-    if (c.rope_scaling.rope_type == "llama3") {
-      s["low_freq_factor"] = c.rope_scaling.low_freq_factor;
-      s["high_freq_factor"] = c.rope_scaling.high_freq_factor;
-      s["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+  // rope_scaling (null for "default") and rope_parameters (scaling + rope_theta) of one RoPE.
+  const auto rope_json = [](const RopeScaling& rs, double theta) {
+    json parameters = {{"rope_type", rs.rope_type}, {"rope_theta", theta}};
+    if (rs.rope_type == "default") return std::pair{json(nullptr), parameters};
+    json s = {{"rope_type", rs.rope_type}, {"factor", rs.factor}};
+    if (rs.rope_type == "llama3") {
+      s["low_freq_factor"] = rs.low_freq_factor;
+      s["high_freq_factor"] = rs.high_freq_factor;
+      s["original_max_position_embeddings"] = rs.original_max_position_embeddings;
     }
-    j["rope_scaling"] = s;
-    rope_parameters.update(s);
+    parameters.update(s);
+    return std::pair{s, parameters};
+  };
+  const auto [scaling, parameters] = rope_json(c.rope_scaling, c.rope_theta);
+  j["rope_scaling"] = scaling;
+  if (c.rope_local_theta > 0) {  // Gemma 3: one RoPE per layer type
+    j["rope_local_base_freq"] = c.rope_local_theta;
+    j["rope_parameters"] = {
+        {"full_attention", parameters},
+        {"sliding_attention", rope_json(c.rope_local_scaling, c.rope_local_theta).second}};
+  } else {
+    j["rope_parameters"] = parameters;
   }
-  j["rope_parameters"] = rope_parameters;
   return j;
 }
 

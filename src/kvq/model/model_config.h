@@ -51,6 +51,18 @@ struct ModelConfig {
   std::vector<std::string> layer_types;  // "layer_types": "full_attention" / "sliding_attention"
                                          // per layer; empty when absent
   std::string hidden_act;                // "silu"; empty when config.json does not say
+                                         // (Gemma 3 spells it "hidden_activation")
+  // Gemma 3 (gemma3_text); the other families' rows do not read them.
+  double rope_local_theta = 0;     // RoPE base of the sliding layers: rope_parameters
+                                   // .sliding_attention.rope_theta or rope_local_base_freq; 0 when
+                                   // the config has no per-layer-type RoPE
+  RopeScaling rope_local_scaling;  // rope_parameters.sliding_attention's scaling
+  std::optional<std::int64_t> sliding_window_pattern;  // every n-th layer global, without
+                                                       // layer_types ("sliding_window_pattern")
+  std::optional<double> query_pre_attn_scalar;         // attention scale = its ^-0.5
+  std::optional<double> final_logit_softcapping;       // logits = cap · tanh(logits / cap)
+  std::optional<double> attn_logit_softcapping;        // the same on attention scores
+  bool use_bidirectional_attention = false;
   nlohmann::json raw;  // the whole config.json (quantization_config etc. stay here)
 };
 

@@ -8,11 +8,16 @@
 namespace kvq::model {
 
 std::vector<float> rope_inv_freq(const model::ModelConfig& config) {
+  return rope_inv_freq(config, config.rope_theta, config.rope_scaling);
+}
+
+std::vector<float> rope_inv_freq(const model::ModelConfig& config, double theta,
+                                 const model::RopeScaling& rs) {
   const std::int64_t dim = config.head_dim;
   if (dim <= 0 || dim % 2 != 0) fail<ConfigError>("head_dim {} must be even and > 0", dim);
   // inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)): fp32 exponent, fp32 pow with
   // the scalar base, then fp32 reciprocal.
-  const float base = static_cast<float>(config.rope_theta);
+  const float base = static_cast<float>(theta);
   std::vector<float> inv(static_cast<std::size_t>(dim / 2));
   for (std::int64_t i = 0; i < dim / 2; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
@@ -20,7 +25,6 @@ std::vector<float> rope_inv_freq(const model::ModelConfig& config) {
         static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
     inv[static_cast<std::size_t>(i)] = 1.0f / p;
   }
-  const model::RopeScaling& rs = config.rope_scaling;
   if (rs.rope_type == "default" || rs.rope_type.empty()) return inv;
   const float factor = static_cast<float>(rs.factor);
   if (rs.rope_type == "linear") {

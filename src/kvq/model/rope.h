@@ -9,8 +9,13 @@
 
 namespace kvq::model {
 
-// inv_freq [head_dim / 2]. ConfigError for an odd head_dim; NotSupported for other rope types.
+// inv_freq [head_dim / 2] of config.rope_theta and config.rope_scaling. ConfigError for an odd
+// head_dim; NotSupported for other rope types.
 std::vector<float> rope_inv_freq(const model::ModelConfig& config);
+// The same with another base and scaling (Gemma 3's sliding layers: rope_local_theta and
+// rope_local_scaling); head_dim and max_position_embeddings from `config`.
+std::vector<float> rope_inv_freq(const model::ModelConfig& config, double theta,
+                                 const model::RopeScaling& scaling);
 
 // cos, sin tables for positions [start, start + n): each [n, head_dim / 2] (the second half of
 // HF's cat(freqs, freqs) repeats the first, so half is enough). angle = fp32(inv_freq × pos).

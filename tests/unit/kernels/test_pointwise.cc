@@ -2,6 +2,7 @@
 // their scalar twins in kernels/ref, on random rows and edge values.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -89,6 +90,44 @@ TEST(Pointwise, SwigluMatchesReference) {
     swiglu_isa(isa, g2.data(), up.data(), g2.data(), 1000);
     EXPECT_EQ(g2, want) << isa_name(isa);
   }
+}
+
+// GELU (tanh form): PyTorch 2.14's own outputs (torch.nn.functional.gelu(x, approximate="tanh")
+// on fp32 CPU tensors, printed as bits) for a few inputs, which gelu_tanh reproduces within an
+// ulp (PyTorch's vector path uses Sleef's tanhf, kvq libm's), and the reference's double formula
+// on random values and the tails (x → -∞: -0 as PyTorch gives; x → +∞: x).
+TEST(Pointwise, GeluTanhMatchesPyTorchAndReference) {
+  struct Case {
+    float x;
+    std::uint32_t torch_bits;
+  };
+  const Case cases[] = {{0.0f, 0x00000000},  {1.0f, 0x3f57585c},   {-1.0f, 0xbe229e90},
+                        {0.5f, 0x3eb1016d},  {-0.5f, 0xbe1dfd26},  {2.0f, 0x3ffa3042},
+                        {-3.0f, 0xbb6e6200}, {4.5f, 0x408ffff5},   {-6.0f, 0x80000000},
+                        {10.0f, 0x41200000}, {-10.0f, 0x80000000}, {1e-3f, 0x3a032d35},
+                        {-20.0f, 0x80000000}};
+  for (const Case& c : cases) {
+    const float want = std::bit_cast<float>(c.torch_bits);
+    const float got = gelu_tanh(c.x);
+    EXPECT_NEAR(got, want, std::fabs(want) * 1.2e-7f) << "x=" << c.x;
+    if (want == 0.0f) {
+      EXPECT_EQ(std::signbit(got), std::signbit(want)) << "x=" << c.x;
+    }
+  }
+  auto gate = random_vector(1000, 7, 4.0f);
+  const auto up = random_vector(1000, 8);
+  std::vector<float> want(gate.size()), got(gate.size());
+  ref::gelu_tanh(gate.data(), want.data(), 1000);
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    // A few fp32 roundings and tanhf's ulp, relative to |x| (the value near 0 is x/2 + O(x³)).
+    ASSERT_NEAR(gelu_tanh(gate[i]), want[i], 4e-7f * std::fabs(gate[i]) + 1e-30f)
+        << "x=" << gate[i];
+  }
+  // GeGLU: gelu_tanh(gate) · up, also in place (out == gate) as the forward pass calls it.
+  geglu(gate.data(), up.data(), got.data(), 1000);
+  for (std::size_t i = 0; i < gate.size(); ++i) ASSERT_EQ(got[i], gelu_tanh(gate[i]) * up[i]);
+  geglu(gate.data(), up.data(), gate.data(), 1000);
+  EXPECT_EQ(gate, got);
 }
 
 }  // namespace

@@ -74,7 +74,8 @@ TEST(Architecture, UnknownArchitecturesAndActivationsAreRefusedByName) {
          {"LlamaForCausalLM (model_type llama)",
           "Qwen2ForCausalLM (model_type "
           "qwen2)",
-          "Qwen3ForCausalLM (model_type qwen3)", "MistralForCausalLM (model_type mistral)"}) {
+          "Qwen3ForCausalLM (model_type qwen3)", "MistralForCausalLM (model_type mistral)",
+          "Gemma3ForCausalLM (model_type gemma3_text)"}) {
       EXPECT_NE(w.find(row), std::string::npos) << row << " in: " << w;
     }
   }
@@ -175,12 +176,13 @@ TEST(Architecture, TensorTableRefusesContradictionsUnknownsAndQuantizedWeights) 
 }
 
 // The forward knobs drive the tensor table: a row with Qwen2's bias, Qwen3's q/k norms or Gemma's
-// sandwich norms expects their tensors, and CausalLM refuses the knobs it does not run yet (Gemma's
-// norms and embedding scale), naming each; every row of the table runs.
+// sandwich norms expects their tensors; every row of the table runs, and CausalLM refuses the
+// config values Gemma 3's forward does not implement (attention logit softcapping, bidirectional
+// attention), naming each, where the other rows ignore them as transformers does.
 TEST(Architecture, ForwardKnobsAddTheirTensorsAndUnimplementedOnesAreRefused) {
-  const model::ModelConfig c = small_config();
+  model::ModelConfig c = small_config();
   const Architecture& llama = find_architecture(c, "m");
-  for (const Architecture& a : architectures()) EXPECT_NO_THROW(check_forward_support(a, "m"));
+  for (const Architecture& a : architectures()) EXPECT_NO_THROW(check_forward_support(a, c, "m"));
   Architecture other = llama;
   other.hf_class = "OtherForCausalLM";
   other.forward.qkv_bias = true;
@@ -194,20 +196,38 @@ TEST(Architecture, ForwardKnobsAddTheirTensorsAndUnimplementedOnesAreRefused) {
   EXPECT_EQ(extra.at("model.layers.1.self_attn.k_proj.bias"), Shape({32}));
   EXPECT_EQ(extra.at("model.layers.0.self_attn.k_norm.weight"), Shape({16}));
   EXPECT_EQ(extra.at("model.layers.0.pre_feedforward_layernorm.weight"), Shape({64}));
-  other.forward.scale_embeddings = true;
-  other.forward.norm = NormKind::kRmsOnePlus;
+  c.attn_logit_softcapping = 50.0;
+  c.use_bidirectional_attention = true;
+  EXPECT_NO_THROW(check_forward_support(llama, c, "m"));
+  c.architectures = {"Gemma3ForCausalLM"};
+  c.hidden_act = "gelu_pytorch_tanh";
   try {
-    check_forward_support(other, "mymodel");
+    check_forward_support(find_architecture(c, "m"), c, "mymodel");
     ADD_FAILURE() << "accepted";
   } catch (const NotSupported& e) {
     const std::string msg = e.what();
-    for (const char* part : {"mymodel", "OtherForCausalLM", "RMSNorm with (1 + w) weights",
-                             "sandwich norms", "scaled embeddings"}) {
+    for (const char* part : {"mymodel", "Gemma3ForCausalLM", "attn_logit_softcapping 50",
+                             "use_bidirectional_attention"}) {
       EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
     }
-    // The knobs the forward runs are not named.
-    EXPECT_EQ(msg.find("bias"), std::string::npos) << msg;
-    EXPECT_EQ(msg.find("q/k norm"), std::string::npos) << msg;
+  }
+}
+
+// The multimodal Gemma 3 (text_config nested, tensors under model.language_model) is refused by
+// name, pointing at the text-only class kvq runs.
+TEST(Architecture, MultimodalGemma3IsRefusedByName) {
+  model::ModelConfig c = small_config();
+  c.architectures = {"Gemma3ForConditionalGeneration"};
+  c.model_type = "gemma3";
+  try {
+    find_architecture(c, "gemma-dir");
+    ADD_FAILURE() << "accepted";
+  } catch (const NotSupported& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gemma-dir: architecture Gemma3ForConditionalGeneration is not supported "
+                       "(the multimodal Gemma 3: kvq runs the text-only Gemma3ForCausalLM"),
+              std::string::npos)
+        << msg;
   }
 }
 
@@ -250,6 +270,21 @@ TEST(Architecture, LayerWindowsFollowEachFamilysConfigConvention) {
     c.sliding_window = 32768;
     c.layer_types.clear();
   }
+  // Gemma 3: layer_types, or without them every sliding_window_pattern-th layer global
+  // (default 6); absent = Gemma3TextConfig's 4096, null = none.
+  c.use_sliding_window.reset();
+  c.sliding_window = 512;
+  c.layer_types = {"sliding_attention", "full_attention", "full_attention", "sliding_attention"};
+  EXPECT_EQ(windows("Gemma3ForCausalLM"), W({512, 0, 0, 512}));
+  c.layer_types.clear();
+  EXPECT_EQ(windows("Gemma3ForCausalLM"), W({512, 512, 512, 512}));  // pattern 6 > 4 layers
+  c.sliding_window_pattern = 2;
+  EXPECT_EQ(windows("Gemma3ForCausalLM"), W({512, 0, 512, 0}));
+  c.sliding_window.reset();
+  EXPECT_EQ(windows("Gemma3ForCausalLM"), W({4096, 0, 4096, 0}));
+  c.sliding_window = 0;
+  EXPECT_EQ(windows("Gemma3ForCausalLM"), W({0, 0, 0, 0}));
+  c.sliding_window = 32768;
   c.use_sliding_window = true;
   c.layer_types = {"sliding_attention", "full_attention"};
   try {
@@ -269,6 +304,25 @@ TEST(Architecture, LayerWindowsFollowEachFamilysConfigConvention) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A Gemma 3 config without layer_types (the older Hub configs) runs the layers
+// sliding_window_pattern names: the tiny gemma3 model's logits are unchanged, bit for bit.
+TEST(Architecture, Gemma3SlidingWindowPatternRunsLikeLayerTypes) {
+  const std::filesystem::path dir = test::tiny_variant_dir("gemma3");
+  const auto with_types = CausalLM::load(dir);
+  model::ModelConfig c = with_types->config();
+  ASSERT_EQ(c.layer_types,
+            (std::vector<std::string>{"sliding_attention", "sliding_attention", "full_attention"}));
+  c.layer_types.clear();
+  c.sliding_window_pattern = 3;
+  const auto with_pattern = CausalLM::from_weights(c, test::load_weights(dir));
+  const std::vector<std::int32_t> prompt = {5, 17, 200, 3, 99, 42, 7, 128, 64, 1, 250, 33};
+  const Tensor a = with_types->forward(prompt, LogitsMode::kAll);
+  EXPECT_TRUE(test::bit_identical(a, with_pattern->forward(prompt, LogitsMode::kAll)));
+  c.sliding_window_pattern = 2;  // layer 1 global instead: another model
+  const auto other = CausalLM::from_weights(c, test::load_weights(dir));
+  EXPECT_GT(test::max_abs_diff(a, other->forward(prompt, LogitsMode::kAll)), 1e-3f);
 }
 
 // config.json's sliding-window fields: parsed as written (null is 0, absent is nullopt) and

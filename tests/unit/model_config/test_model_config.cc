@@ -230,6 +230,58 @@ TEST(ModelConfig, ToJsonRoundTrips) {
   EXPECT_EQ(back2.num_key_value_heads, 4);
 }
 
+// Gemma 3's fields in both spellings: transformers 4 (rope_theta + rope_scaling for the global
+// layers, rope_local_base_freq for the sliding ones, sliding_window_pattern; the keys the Hub's
+// Gemma 3 text configs carry) and transformers 5 (rope_parameters per layer type), with
+// Gemma3TextConfig's defaults (1e6 / 1e4) when absent; written back per layer type.
+TEST(ModelConfig, Gemma3RopePerLayerTypeInBothSpellings) {
+  json j = minimal();
+  j["model_type"] = "gemma3_text";
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["query_pre_attn_scalar"] = 256;
+  j["sliding_window"] = 512;
+  j["sliding_window_pattern"] = 6;
+  j["final_logit_softcapping"] = nullptr;
+  j["attn_logit_softcapping"] = nullptr;
+  ModelConfig c = parse_model_config(j, "g");
+  EXPECT_EQ(c.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_local_theta, 1e4);
+  EXPECT_EQ(c.query_pre_attn_scalar, std::optional<double>(256));
+  EXPECT_EQ(c.sliding_window_pattern, std::optional<std::int64_t>(6));
+  EXPECT_FALSE(c.final_logit_softcapping.has_value());
+  EXPECT_FALSE(c.attn_logit_softcapping.has_value());
+  j["rope_theta"] = 500000.0;
+  j["rope_local_base_freq"] = 20000.0;
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  c = parse_model_config(j, "g");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.rope_type, "linear");
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_local_theta, 20000.0);
+  EXPECT_EQ(c.rope_local_scaling.rope_type, "default");
+
+  const json out = model_config_to_json(c);
+  EXPECT_EQ(out["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_FALSE(out.contains("hidden_act"));
+  EXPECT_EQ(out["rope_parameters"],
+            (json{{"full_attention",
+                   {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 500000.0}}},
+                  {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}}));
+  json v5 = out;  // transformers 5 reads rope_parameters only
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5.erase("rope_local_base_freq");
+  const ModelConfig back = parse_model_config(v5, "v5");
+  EXPECT_EQ(back.rope_theta, 500000.0);
+  EXPECT_EQ(back.rope_scaling.factor, 8.0);
+  EXPECT_EQ(back.rope_local_theta, 20000.0);
+  EXPECT_EQ(model_config_to_json(back), model_config_to_json(c));
+  j["attn_logit_softcapping"] = -1.0;
+  EXPECT_THROW_MSG(parse_model_config(j, "g"), ConfigError,
+                   "'attn_logit_softcapping' must be positive or null");
+}
+
 TEST(GenerationConfigTest, ParsesAndIsOptional) {
   kvq::test::TempDir dir;
   EXPECT_FALSE(load_generation_config(dir.path()).has_value());

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <numbers>
 
 #include "kvq/kernels/cpu/exp_avx512.h"
 #include "kvq/kernels/cpu/softmax.h"
@@ -99,6 +100,22 @@ void swiglu_isa(Isa isa, const float* gate, const float* up, float* out, std::in
 
 void swiglu(const float* gate, const float* up, float* out, std::int64_t n) {
   swiglu_isa(detected_isa(), gate, up, out, n);
+}
+
+float gelu_tanh(float x) {
+  // aten/src/ATen/native/cpu/Activation.cpp, GeluKernelImpl (tanh): the constants are computed
+  // in double and rounded to the scalar type, then every step is fp32.
+  // M_SQRT2 * M_2_SQRTPI * 0.5 there (2 / √π doubled from 1 / √π exactly).
+  constexpr float kBeta =
+      static_cast<float>(std::numbers::sqrt2 * (2.0 * std::numbers::inv_sqrtpi) * 0.5);
+  constexpr float kKappa = 0.044715f;
+  const float x_cube = x * x * x;
+  const float inner = kBeta * (x + kKappa * x_cube);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+void geglu(const float* gate, const float* up, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
 }
 
 }  // namespace kvq::kernels

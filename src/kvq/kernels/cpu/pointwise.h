@@ -10,6 +10,10 @@
 //             either sign, so the exp argument is never positive): within a few ulp of the
 //             reference's g / (1 + exp(-g)) · u (0 for g < -87.3, where the reference's value is
 //             below 1e-36).
+//   geglu     gelu_tanh(gate) · up, gelu_tanh in fp32 with the constants, operation order and
+//             tanhf of PyTorch's CPU gelu(approximate="tanh") kernel (its vector path uses
+//             Sleef's 1-ulp tanhf: within an ulp of it), within a few ulp of the reference's
+//             double-precision formula.
 //
 // Fusion: RoPE runs inside the [tokens, heads·d] → [heads, tokens, d] copy (one pass), and
 // swiglu writes over gate while reading up (one pass over the two projections).
@@ -33,5 +37,11 @@ void rope_row(float* x, const float* cos, const float* sin, std::int64_t head_di
 // out [n] = silu(gate) · up; out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, std::int64_t n);
 void swiglu_isa(Isa isa, const float* gate, const float* up, float* out, std::int64_t n);
+
+// PyTorch's gelu(x, approximate="tanh") (transformers' gelu_pytorch_tanh) in fp32:
+// 0.5 · x · (1 + tanh(β · (x + κ · x³))), β = fp32(√2 · 2/√π · 0.5), κ = fp32(0.044715).
+float gelu_tanh(float x);
+// out [n] = gelu_tanh(gate) · up (Gemma's GeGLU MLP); out may alias gate.
+void geglu(const float* gate, const float* up, float* out, std::int64_t n);
 
 }  // namespace kvq::kernels

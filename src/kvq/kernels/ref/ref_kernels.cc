@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "kvq/core/dtype.h"
@@ -72,6 +73,14 @@ void swiglu(const float* gate, const float* up, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void gelu_tanh(const float* x, float* y, std::int64_t n) {
+  const double beta = std::sqrt(2.0 / std::numbers::pi);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(beta * (v + 0.044715 * v * v * v))));
   }
 }
 

@@ -34,6 +34,10 @@ void softmax(float* x, std::int64_t n);
 // SiLU-gated product: out[i] = silu(gate[i]) * up[i]; all [n].
 void swiglu(const float* gate, const float* up, float* out, std::int64_t n);
 
+// GELU, tanh form (PyTorch's gelu(approximate="tanh"), transformers' gelu_pytorch_tanh), in
+// double: y = x/2 · (1 + tanh(sqrt(2/π) · (x + 0.044715 x³))) rounded once to fp32. x, y [n].
+void gelu_tanh(const float* x, float* y, std::int64_t n);
+
 // Causal attention of one query head against one KV stream (any packed format): every row is
 // first decoded to fp32 with the scalar codec (quant::dequantize_row), then plain attention.
 // q [q_len, head_dim] are the queries at positions past .. past+q_len-1; keys/values hold rows
