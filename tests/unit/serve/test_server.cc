@@ -11,6 +11,7 @@
 
 #include "kvq/eval/perplexity.h"
 #include "kvq/runtime/generator.h"
+#include "kvq/runtime/kv_cache_choice.h"
 #include "serve_fixture.h"
 
 namespace kvq::serve::test {
@@ -217,8 +218,20 @@ TEST(Serve, StopStringsEndTheText) {
   EXPECT_EQ(cut["usage"]["completion_tokens"], at + 1);
 }
 
-TEST(Serve, BatchedRequestsGiveBitIdenticalTokensAndLogprobs) {
-  TinyServer server;
+// Alone and batched with others, a greedy request gets the same tokens and logprobs bit for
+// bit: on the f32 cache with whole-prompt prefill, and on a packed int8 cache (dynamic scales)
+// with prompts prefilled in 4-token chunks interleaved with the others' decoding.
+struct BatchingCase {
+  const char* kv_cache;
+  std::int64_t prefill_chunk;
+};
+class ServeBatching : public ::testing::TestWithParam<BatchingCase> {};
+
+TEST_P(ServeBatching, BatchedRequestsGiveBitIdenticalTokensAndLogprobs) {
+  ServerOptions options;
+  options.scheduler.kv_cache = runtime::resolve_kv_cache(GetParam().kv_cache, nullptr, "tiny");
+  options.scheduler.prefill_chunk = GetParam().prefill_chunk;
+  TinyServer server(options);
   std::vector<json> requests;
   for (int i = 0; i < 6; ++i) {
     json r = greedy(std::string("prompt number ") + std::to_string(i * 37), 24 + 5 * i);
@@ -246,6 +259,12 @@ TEST(Serve, BatchedRequestsGiveBitIdenticalTokensAndLogprobs) {
   // They were batched: fewer decode steps than alone (one step serves several sequences).
   EXPECT_LT(server.metric("kvq_decode_steps_total") - steps_alone, steps_alone);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvCaches, ServeBatching,
+                         ::testing::Values(BatchingCase{"f32", 256}, BatchingCase{"int8", 4}),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.kv_cache);
+                         });
 
 TEST(Serve, BadRequestsGetOpenAIErrorsNamingTheField) {
   ServerOptions options;
