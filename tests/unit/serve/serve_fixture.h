@@ -1,10 +1,5 @@
-// A kvq server in-process on the tiny GQA Llama (tests/data/tiny_llama/gqa) with a made-up
-// tokenizer of its 256-token vocabulary, listening on a free loopback port, and the httplib
-// client that talks to it.
-//
-// The tokenizer: byte-level BPE without merges whose ids 0..253 are the bytes 0x00..0xFD (0xFE
-// and 0xFF never occur in UTF-8 text) and 254 / 255 are <|im_start|> / <|im_end|>, with SmolLM2's
-// ChatML template; so every text encodes inside the model's vocabulary and chat works.
+// A kvq server in-process on the tiny GQA Llama with a tokenizer (support/tiny_chat_model.h),
+// listening on a free loopback port, and the httplib client that talks to it.
 #pragma once
 
 #include <chrono>
@@ -22,71 +17,17 @@
 #include "kvq/runtime/model_source.h"
 #include "kvq/serve/openai_protocol.h"
 #include "kvq/serve/server.h"
-#include "kvq/tokenizer/byte_level.h"
 #include "support/test_paths.h"
+#include "support/tiny_chat_model.h"
 
 namespace kvq::serve::test {
 
 using nlohmann::json;
 
-inline void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-// The tiny model's directory with the tokenizer above (tokenizer.json, tokenizer_config.json).
-inline void write_tiny_model_dir(const std::filesystem::path& dir) {
-  const std::filesystem::path tiny = kvq::test::test_data_dir() / "tiny_llama" / "gqa";
-  std::filesystem::copy_file(tiny / "config.json", dir / "config.json");
-  std::filesystem::copy_file(tiny / "model.safetensors", dir / "model.safetensors");
-  json vocab = json::object();
-  for (int b = 0; b < 0xFE; ++b) {
-    vocab[tok::byte_level_encode(std::string(1, static_cast<char>(b)))] = b;
-  }
-  json added = json::array();
-  for (const auto& [content, id] : {std::pair{"<|im_start|>", 254}, {"<|im_end|>", 255}}) {
-    added.push_back({{"id", id},
-                     {"content", content},
-                     {"special", true},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"single_word", false},
-                     {"normalized", false}});
-    vocab[content] = id;
-  }
-  const json tokenizer = {{"version", "1.0"},
-                          {"added_tokens", added},
-                          {"normalizer", nullptr},
-                          {"pre_tokenizer",
-                           {{"type", "ByteLevel"},
-                            {"add_prefix_space", false},
-                            {"trim_offsets", true},
-                            {"use_regex", true}}},
-                          {"post_processor", nullptr},
-                          {"decoder", {{"type", "ByteLevel"}}},
-                          {"model",
-                           {{"type", "BPE"},
-                            {"vocab", vocab},
-                            {"merges", json::array()},
-                            {"byte_fallback", false},
-                            {"unk_token", nullptr},
-                            {"fuse_unk", false},
-                            {"ignore_merges", false}}}};
-  write_text(dir / "tokenizer.json", tokenizer.dump());
-  const std::string chatml =
-      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-      "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-      "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
-      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-      "{{ '<|im_start|>assistant\n' }}{% endif %}";
-  write_text(
-      dir / "tokenizer_config.json",
-      json{{"eos_token", "<|im_end|>"}, {"bos_token", nullptr}, {"chat_template", chatml}}.dump());
-}
-
 class TinyServer {
  public:
   explicit TinyServer(ServerOptions options = {}) {
-    write_tiny_model_dir(dir_.path());
+    kvq::test::write_tiny_chat_model(dir_.path());
     source_ = runtime::open_model_source(dir_.path());
     options.model_name = "tiny";
     options.port = 0;
