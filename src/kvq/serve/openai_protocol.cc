@@ -5,6 +5,7 @@
 #include <set>
 
 #include "kvq/io/json_file.h"
+#include "kvq/serve/token_text.h"
 
 namespace kvq::serve {
 namespace {
@@ -210,7 +211,7 @@ json completion_logprobs(std::span<const TokenLogprob> tokens, std::size_t text_
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   for (const TokenLogprob& t : tokens) {
-    const std::string& piece = tokenizer.token_to_piece(t.id);
+    const std::string& piece = token_piece(tokenizer, t.id);
     out["tokens"].push_back(piece);
     if (std::isnan(t.logprob)) {
       out["token_logprobs"].push_back(nullptr);
@@ -218,7 +219,7 @@ json completion_logprobs(std::span<const TokenLogprob> tokens, std::size_t text_
     } else {
       out["token_logprobs"].push_back(t.logprob);
       json top = json::object();
-      for (const auto& [id, lp] : t.top) top[tokenizer.token_to_piece(id)] = lp;
+      for (const auto& [id, lp] : t.top) top[token_piece(tokenizer, id)] = lp;
       out["top_logprobs"].push_back(std::move(top));
     }
     out["text_offset"].push_back(text_offset);
@@ -230,10 +231,10 @@ json completion_logprobs(std::span<const TokenLogprob> tokens, std::size_t text_
 json chat_logprobs(std::span<const TokenLogprob> tokens, const tok::Tokenizer& tokenizer) {
   json content = json::array();
   for (const TokenLogprob& t : tokens) {
-    const std::string& piece = tokenizer.token_to_piece(t.id);
+    const std::string& piece = token_piece(tokenizer, t.id);
     json top = json::array();
     for (const auto& [id, lp] : t.top) {
-      const std::string& alt = tokenizer.token_to_piece(id);
+      const std::string& alt = token_piece(tokenizer, id);
       top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", logprob_entry_bytes(alt)}});
     }
     content.push_back({{"token", piece},

@@ -12,6 +12,7 @@
 #include "kvq/core/log.h"
 #include "kvq/eval/perplexity.h"
 #include "kvq/serve/request_error.h"
+#include "kvq/serve/token_text.h"
 
 namespace kvq::serve {
 
@@ -315,7 +316,7 @@ bool Scheduler::add_token(Running& r, std::span<const float> logits) {
   } else {
     if (req.top_logprobs >= 0) logprob = token_logprob(logits, t, req.top_logprobs);
     const std::size_t before = r.text.size();
-    r.text += tokenizer_.token_to_piece(t);
+    r.text += token_piece(tokenizer_, t);
     // The earliest stop string that ends in the new bytes; the text ends before it.
     std::size_t cut = std::string::npos;
     for (const std::string& stop : req.stop_strings) {

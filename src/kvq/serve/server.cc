@@ -14,6 +14,7 @@
 #include "kvq/core/log.h"
 #include "kvq/eval/utf8_stream.h"
 #include "kvq/serve/openai_protocol.h"
+#include "kvq/serve/token_text.h"
 
 namespace kvq::serve {
 namespace {
@@ -192,7 +193,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
                 field);
           }
         }
-        if (r.echo) echo.echo_text = tokenizer.decode(s.prompt);
+        if (r.echo) echo.echo_text = token_text(tokenizer, s.prompt);
       }
       const auto n = static_cast<std::int64_t>(s.prompt.size());
       if (n == 0) throw RequestError(400, field + " tokenizes to no tokens", field);
@@ -332,7 +333,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
             return give_up();
           }
           for (const TokenLogprob& t : tokens)
-            stream->text_offset += detokenizer.token_to_piece(t.id).size();
+            stream->text_offset += token_piece(detokenizer, t.id).size();
           stream->first = false;
         } else if (!changed) {
           constexpr std::string_view kComment = ": keep-alive\n\n";
