@@ -250,9 +250,8 @@ json finish_json(FinishReason finish) {
   return std::string(finish_reason_name(finish));
 }
 
-}  // namespace
-
-CompletionRequest parse_completion_request(std::string_view body_text, bool chat) {
+// The body as a JSON object whose fields are all in `known` (OpenAI refuses unknown ones).
+json object_body(std::string_view body_text, const std::set<std::string, std::less<>>& known) {
   json body;
   try {
     body = io::parse_json(body_text, "request body");
@@ -261,10 +260,49 @@ CompletionRequest parse_completion_request(std::string_view body_text, bool chat
   }
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   for (const auto& [key, value] : body.items()) {
-    if (!known_fields(chat).contains(key)) {
+    if (!known.contains(key)) {
       bad(key, fmt::format("Unrecognized request argument supplied: {}", key));
     }
   }
+  return body;
+}
+
+}  // namespace
+
+TokenizeRequest parse_tokenize_request(std::string_view body_text) {
+  static const std::set<std::string, std::less<>> known = {
+      "model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"};
+  const json body = object_body(body_text, known);
+  TokenizeRequest r;
+  if (present(body, "prompt") == present(body, "messages")) {
+    bad("prompt", "give either prompt (a string) or messages");
+  }
+  if (present(body, "prompt")) {
+    if (!body["prompt"].is_string()) bad("prompt", "prompt must be a string");
+    r.prompt = body["prompt"].get<std::string>();
+  } else {
+    r.messages = messages(body["messages"]);
+  }
+  if (present(body, "add_special_tokens"))
+    r.add_special_tokens = boolean(body, "add_special_tokens");
+  if (present(body, "add_generation_prompt")) {
+    r.add_generation_prompt = boolean(body, "add_generation_prompt");
+  }
+  return r;
+}
+
+std::vector<std::int32_t> parse_detokenize_request(std::string_view body_text) {
+  static const std::set<std::string, std::less<>> known = {"model", "tokens"};
+  const json body = object_body(body_text, known);
+  if (!present(body, "tokens") || !body["tokens"].is_array()) {
+    bad("tokens", "tokens must be a list of token ids");
+  }
+  if (body["tokens"].empty()) return {};
+  return token_ids(body["tokens"], "tokens");
+}
+
+CompletionRequest parse_completion_request(std::string_view body_text, bool chat) {
+  const json body = object_body(body_text, known_fields(chat));
   refuse_unsupported(body);
   CompletionRequest r;
   r.chat = chat;

@@ -48,6 +48,17 @@ struct CompletionRequest {
 // feature kvq does not serve (n > 1, best_of, penalties, logit_bias, suffix).
 CompletionRequest parse_completion_request(std::string_view body, bool chat);
 
+// vLLM's tokenizer endpoints, which lm-eval's local-completions uses when the server has them
+// (so it scores kvq's own tokens): POST /tokenize {"prompt": text | "messages": [...],
+// "add_special_tokens", "add_generation_prompt"}, POST /detokenize {"tokens": [ids]}.
+struct TokenizeRequest {
+  std::optional<std::string> prompt;       // or
+  std::vector<tok::ChatMessage> messages;  // rendered with the chat template
+  bool add_special_tokens = true, add_generation_prompt = true;
+};
+TokenizeRequest parse_tokenize_request(std::string_view body);
+std::vector<std::int32_t> parse_detokenize_request(std::string_view body);
+
 // {"error": {"message", "type", "param", "code"}}.
 nlohmann::json error_json(const RequestError& error);
 

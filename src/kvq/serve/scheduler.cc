@@ -308,13 +308,13 @@ bool Scheduler::add_token(Running& r, std::span<const float> logits) {
     ++totals_.generation_tokens;
   }
   FinishReason reason = FinishReason::kNone;
-  const bool is_stop_id =
-      std::find(req.stop_ids.begin(), req.stop_ids.end(), t) != req.stop_ids.end();
-  std::optional<TokenLogprob> logprob;
-  if (is_stop_id) {
+  // Every new token is listed with its logprob, a final stop id too (it has no text): lm-eval
+  // drops the last echoed token as the generated one.
+  TokenLogprob token{t, 0.0, {}};
+  if (req.top_logprobs >= 0) token = token_logprob(logits, t, req.top_logprobs);
+  if (std::find(req.stop_ids.begin(), req.stop_ids.end(), t) != req.stop_ids.end()) {
     reason = FinishReason::kStop;
   } else {
-    if (req.top_logprobs >= 0) logprob = token_logprob(logits, t, req.top_logprobs);
     const std::size_t before = r.text.size();
     r.text += token_piece(tokenizer_, t);
     // The earliest stop string that ends in the new bytes; the text ends before it.
@@ -328,14 +328,12 @@ bool Scheduler::add_token(Running& r, std::span<const float> logits) {
       reason = FinishReason::kStop;
     }
   }
-  if (reason == FinishReason::kNone && r.new_tokens >= req.max_tokens)
+  if (reason == FinishReason::kNone && r.new_tokens >= req.max_tokens) {
     reason = FinishReason::kLength;
+  }
   r.seq->update([&](SequenceOutput& o) {
     o.completion_tokens = r.new_tokens;
-    if (logprob)
-      o.tokens.push_back(std::move(*logprob));
-    else if (!is_stop_id)
-      o.tokens.push_back(TokenLogprob{t, 0.0, {}});
+    o.tokens.push_back(std::move(token));
     o.text = r.text;
   });
   if (reason == FinishReason::kNone) return false;

@@ -41,10 +41,10 @@ std::string_view finish_reason_name(FinishReason reason);
 struct SequenceOutput {
   // With prompt_logprobs, one entry per prompt token once the prefill is done.
   std::vector<TokenLogprob> prompt_logprobs;
-  // The new tokens (a final stop id excluded); logprob and top only with top_logprobs >= 0.
+  // The new tokens (a final stop id included); logprob and top only with top_logprobs >= 0.
   std::vector<TokenLogprob> tokens;
-  std::string text;                    // their bytes, cut before a stop string
-  std::int64_t completion_tokens = 0;  // new tokens generated, a final stop id included
+  std::string text;                    // their bytes (a stop id has none), cut before a stop string
+  std::int64_t completion_tokens = 0;  // tokens.size()
   FinishReason finish = FinishReason::kNone;
   std::string error;  // kError: what failed
   bool prefilled = false;

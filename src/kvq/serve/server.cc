@@ -127,6 +127,35 @@ void Server::routes() {
     res.status = draining ? 503 : 200;
     res.set_content(dump({{"status", draining ? "draining" : "ok"}}), kJson);
   });
+  http_->Post("/tokenize",
+              [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const std::vector<std::int32_t> ids = parse_detokenize_request(req.body);
+      for (std::int32_t id : ids) {
+        if (id >= source_.model->config().vocab_size) {
+          throw RequestError(400, fmt::format("token id {} is outside the vocabulary", id),
+                             "tokens");
+        }
+      }
+      res.set_content(dump({{"prompt", token_text(*source_.tokenizer, ids)}}), kJson);
+    } catch (const RequestError& e) {
+      send_error(res, e);
+    }
+  });
+  http_->Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+    const tok::Tokenizer& t = *source_.tokenizer;
+    auto token_or_null = [&](std::optional<std::int32_t> id) {
+      return id ? json(token_piece(t, *id)) : json(nullptr);
+    };
+    res.set_content(dump({{"eos_token", token_or_null(t.eos_id())},
+                          {"bos_token", token_or_null(t.bos_id())},
+                          {"pad_token", nullptr},
+                          {"chat_template", t.chat_template()},
+                          {"model_max_length", context_},
+                          {"tokenizer_class", "kvq"}}),
+                    kJson);
+  });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(), "text/plain; version=0.0.4");
   });
@@ -351,6 +380,26 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
       [stream](bool success) {
         if (!success) stream->sequence->cancel();
       });
+}
+
+void Server::tokenize(const httplib::Request& req, httplib::Response& res) {
+  const tok::Tokenizer& tokenizer = *source_.tokenizer;
+  try {
+    const TokenizeRequest r = parse_tokenize_request(req.body);
+    std::vector<std::int32_t> ids;
+    try {
+      ids = r.prompt ? tokenizer.encode(*r.prompt, r.add_special_tokens)
+                     : tokenizer.encode(
+                           tokenizer.apply_chat_template(r.messages, r.add_generation_prompt),
+                           /*add_special_tokens=*/false);
+    } catch (const Error& e) {
+      throw RequestError(400, e.what(), r.prompt ? "prompt" : "messages");
+    }
+    res.set_content(dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", context_}}),
+                    kJson);
+  } catch (const RequestError& e) {
+    send_error(res, e);
+  }
 }
 
 std::string Server::metrics_text() const {

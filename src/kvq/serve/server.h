@@ -5,6 +5,8 @@
 //   GET  /v1/models             the one model served
 //   GET  /health                200 {"status": "ok"} (503 while draining)
 //   GET  /metrics               Prometheus text: requests, tokens, sequences, KV blocks
+//   POST /tokenize, /detokenize, GET /tokenizer_info   vLLM's tokenizer endpoints (lm-eval's
+//                               local-completions then scores kvq's own tokens)
 // `stream: true` answers with server-sent events ("data: {chunk}\n\n" ... "data: [DONE]\n\n").
 // Errors are OpenAI error objects with a 4xx (5xx for the server's own failures).
 #pragma once
@@ -56,6 +58,7 @@ class Server {
   struct Metrics;
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  void tokenize(const httplib::Request& req, httplib::Response& res);
   std::string metrics_text() const;
 
   runtime::ModelSource& source_;

@@ -71,6 +71,33 @@ TEST(Serve, HealthModelsAndMetrics) {
   EXPECT_EQ(server.metric("kvq_waiting_sequences"), 0);
 }
 
+TEST(Serve, TokenizerEndpointsAreKvqsTokenizer) {
+  TinyServer server;
+  const tok::Tokenizer& tokenizer = *server.source().tokenizer;
+  const auto [status, body] = server.post("/tokenize", {{"prompt", "Hello"}});
+  ASSERT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(body["tokens"].get<std::vector<std::int32_t>>(), tokenizer.encode("Hello"));
+  EXPECT_EQ(body["count"], 5);
+  EXPECT_EQ(body["max_model_len"], 256);
+  const auto [s2, chat] =
+      server.post("/tokenize", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  ASSERT_EQ(s2, 200);
+  const std::vector<tok::ChatMessage> messages = {{"user", "Hi"}};
+  EXPECT_EQ(chat["tokens"].get<std::vector<std::int32_t>>(),
+            tokenizer.encode(tokenizer.apply_chat_template(messages, true)));
+  const auto [s3, text] = server.post("/detokenize", {{"tokens", {72, 105}}});
+  ASSERT_EQ(s3, 200);
+  EXPECT_EQ(text["prompt"], "Hi");
+  EXPECT_EQ(server.post("/detokenize", {{"tokens", {72, 999}}}).first, 400);
+  EXPECT_EQ(server.post("/tokenize", {{"text", "x"}}).first, 400);
+  httplib::Client c = server.client();
+  const auto info = c.Get("/tokenizer_info");
+  ASSERT_TRUE(info);
+  const json i = json::parse(info->body);
+  EXPECT_EQ(i["eos_token"], "<|im_end|>");
+  EXPECT_NE(i["chat_template"].get<std::string>().find("<|im_start|>"), std::string::npos);
+}
+
 TEST(Serve, CompletionIsTheGeneratorsGreedyAnswer) {
   TinyServer server;
   const auto [status, body] = server.post("/v1/completions", greedy("Hello there", 12));
