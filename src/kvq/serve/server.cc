@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <utility>
 
 #include <httplib.h>
@@ -173,7 +174,11 @@ void Server::routes() {
         send_error(res, RequestError(500, "internal server error", "", "server_error"));
       });
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_->count(req.path, res.status);
+    // Paths of no route are counted together: a client's made-up paths must not grow /metrics.
+    static const std::set<std::string, std::less<>> kRoutes = {
+        "/v1/completions", "/v1/chat/completions", "/v1/models",     "/health", "/metrics",
+        "/tokenize",       "/detokenize",          "/tokenizer_info"};
+    metrics_->count(kRoutes.contains(req.path) ? req.path : "other", res.status);
   });
 }
 

@@ -337,8 +337,15 @@ TEST(Serve, BadRequestsGetOpenAIErrorsNamingTheField) {
     EXPECT_EQ(body["error"]["param"], c.param) << c.body.substr(0, 80) << " -> " << body.dump();
     EXPECT_FALSE(body["error"]["message"].get<std::string>().empty());
   }
-  // Still serving.
+  // Still serving; /metrics counts the errors by route and status, unknown paths as "other".
   EXPECT_EQ(server.post("/v1/completions", greedy("ok", 2)).first, 200);
+  httplib::Client c = server.client();
+  const auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("kvq_http_requests_total{path=\"/v1/completions\",status=\"400\"}"),
+            std::string::npos);
+  EXPECT_NE(metrics->body.find("kvq_http_requests_total{path=\"other\",status=\"404\"} 1"),
+            std::string::npos);
 }
 
 TEST(Serve, AFullQueueAnswers429AndARequestBeyondThePoolIsRefused) {
