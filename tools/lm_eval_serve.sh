@@ -61,12 +61,12 @@ for task in "${task_list[@]}"; do
   case "$task" in
     gsm8k_kvq)
       "$venv/bin/lm_eval" --model local-chat-completions \
-        --model_args "model=$name,base_url=http://127.0.0.1:$port/v1/chat/completions,num_concurrent=8,max_retries=1,tokenizer_backend=remote" \
+        --model_args "model=$name,base_url=http://127.0.0.1:$port/v1/chat/completions,num_concurrent=8,max_retries=1,timeout=3600,tokenizer_backend=remote" \
         --tasks gsm8k_kvq --apply_chat_template --fewshot_as_multiturn --batch_size 1 \
         "${common[@]}" ;;
     wikitext_kvq)
       "$venv/bin/lm_eval" --model local-completions \
-        --model_args "model=$name,base_url=http://127.0.0.1:$port/v1/completions,num_concurrent=8,max_retries=1,tokenizer_backend=remote,max_length=2048" \
+        --model_args "model=$name,base_url=http://127.0.0.1:$port/v1/completions,num_concurrent=8,max_retries=1,timeout=3600,tokenizer_backend=remote,max_length=2048" \
         --tasks wikitext_kvq --batch_size 1 "${common[@]}" ;;
     *) echo "unknown task $task" >&2; exit 2 ;;
   esac
