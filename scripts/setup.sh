@@ -16,7 +16,7 @@ targets=("$@")
 packages=(build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libopenblas-openmp-dev libcli11-dev libfmt-dev libpcre2-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libcairo2-dev fonts-dejavu-core
-  zlib1g-dev python3-dev pybind11-dev)
+  zlib1g-dev libcpp-httplib-dev python3-dev pybind11-dev)
 # The fuzz preset builds with clang 14 (Debian 12's): libFuzzer and the sanitizer runtimes,
 # clang's OpenMP runtime, llvm-symbolizer for readable sanitizer reports.
 fuzz_packages=(clang libclang-rt-14-dev libomp-dev llvm)

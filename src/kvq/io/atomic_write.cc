@@ -17,6 +17,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
@@ -291,6 +292,31 @@ void refuse_output_over_input(const fs::path& output, std::string_view output_fl
   }
 }
 
+namespace {
+
+struct InterruptHandler {
+  std::mutex mutex;
+  std::function<void(int)> on_signal;
+};
+InterruptHandler& interrupt_handler() {
+  static InterruptHandler* h = new InterruptHandler;  // never destroyed: see in_flight()
+  return *h;
+}
+// The handler for the first signal, which it uses up.
+std::function<void(int)> take_interrupt_handler() {
+  InterruptHandler& h = interrupt_handler();
+  std::lock_guard lock(h.mutex);
+  return std::exchange(h.on_signal, nullptr);
+}
+
+}  // namespace
+
+void set_interrupt_handler(std::function<void(int)> on_signal) {
+  InterruptHandler& h = interrupt_handler();
+  std::lock_guard lock(h.mutex);
+  h.on_signal = std::move(on_signal);
+}
+
 void install_interrupt_cleanup() {
   sigset_t signals;
   sigemptyset(&signals);
@@ -302,6 +328,10 @@ void install_interrupt_cleanup() {
   std::thread([signals] {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) return;
+    if (std::function<void(int)> handler = take_interrupt_handler()) {
+      handler(sig);
+      if (sigwait(&signals, &sig) != 0) return;
+    }
     InFlight& f = in_flight();
     f.mutex.lock();  // waits for a commit's renames; held until _exit
     std::size_t removed = 0;

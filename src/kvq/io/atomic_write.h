@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <string_view>
 
 namespace kvq::io {
@@ -83,5 +84,9 @@ void refuse_output_over_input(const std::filesystem::path& output, std::string_v
 // in every thread and starts one that waits for them, removes the temporaries in flight, prints
 // what it removed and exits with 128 + the signal number.
 void install_interrupt_cleanup();
+// For a command that ends gracefully on a signal (kvq serve drains its requests): the first
+// SIGINT / SIGTERM / SIGHUP after this calls `on_signal(sig)` in the waiter thread instead of
+// cleaning up and exiting; a second one exits as above. Empty: back to the default.
+void set_interrupt_handler(std::function<void(int)> on_signal);
 
 }  // namespace kvq::io

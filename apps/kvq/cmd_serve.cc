@@ -1,0 +1,123 @@
+// kvq serve: an OpenAI-compatible HTTP server (src/kvq/serve) with continuous batching over the
+// packed KV cache.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "flag_limits.h"
+#include "kvq/core/error.h"
+#include "kvq/core/log.h"
+#include "kvq/io/atomic_write.h"
+#include "kvq/runtime/kv_cache_choice.h"
+#include "kvq/runtime/model_source.h"
+#include "kvq/serve/server.h"
+
+namespace kvq::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model_dir, model_name, kv_cache = "auto", weights = "f32", host = "127.0.0.1";
+  int port = 8000;
+  std::int64_t kv_cache_memory_mib = 1024, max_seqs = 8, max_queue = 64, ctx = 0;
+};
+
+void run_serve(const ServeArgs& a) {
+  const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
+  const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
+  runtime::ModelSource src =
+      runtime::open_model_source(a.model_dir, /*with_quantization=*/true, load);
+  serve::ServerOptions options;
+  options.scheduler.kv_cache =
+      runtime::resolve_kv_cache(kv_option, src.lifecycle.get(), a.model_dir);
+  if (const std::string note = runtime::dynamic_scales_note(options.scheduler.kv_cache,
+                                                            "each request's first prompt chunk");
+      !note.empty()) {
+    std::fprintf(stderr, "%s\n", note.c_str());
+  }
+  options.model_name =
+      a.model_name.empty()
+          ? std::filesystem::path(a.model_dir).lexically_normal().filename().string()
+          : a.model_name;
+  if (options.model_name.empty()) options.model_name = a.model_dir;
+  options.host = a.host;
+  options.port = a.port;
+  options.context = a.ctx;
+  options.scheduler.kv_cache_bytes = a.kv_cache_memory_mib << 20;
+  options.scheduler.max_seqs = a.max_seqs;
+  options.scheduler.max_queue = a.max_queue;
+  serve::Server server(src, options);
+  const int port = server.bind();
+
+  // The first SIGINT / SIGTERM drains instead of exiting at once (a second one still does).
+  std::atomic<int> stop_signal{0};
+  io::set_interrupt_handler([&stop_signal](int sig) { stop_signal.store(sig); });
+
+  const serve::SchedulerStats stats = server.scheduler().stats();
+  std::fprintf(stderr,
+               "[kvq serve] %s on http://%s:%d (OpenAI API: /v1/completions, "
+               "/v1/chat/completions); KV cache %s, %lld bytes/token, %lld blocks of %lld tokens "
+               "(%lld tokens) in %lld MiB; up to %lld sequences at once\n",
+               options.model_name.c_str(), a.host.c_str(), port,
+               options.scheduler.kv_cache.describe().c_str(),
+               static_cast<long long>(stats.kv_bytes_per_token),
+               static_cast<long long>(stats.blocks_total),
+               static_cast<long long>(stats.block_tokens),
+               static_cast<long long>(stats.blocks_total * stats.block_tokens),
+               static_cast<long long>(a.kv_cache_memory_mib), static_cast<long long>(a.max_seqs));
+  std::thread listener([&] { server.listen(); });
+  while (stop_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "[kvq serve] signal %d: finishing the running requests, then exiting\n",
+               stop_signal.load());
+  server.shutdown();
+  listener.join();
+  io::set_interrupt_handler(nullptr);
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand(
+      "serve",
+      "Serve the model over an OpenAI-compatible HTTP API (completions, chat completions,\n"
+      "streaming, logprobs) with continuous batching; SIGINT / SIGTERM finish the running\n"
+      "requests and exit 0. Example:\n"
+      "  kvq serve --model M --kv-cache int8 --kv-cache-memory 512 --port 8000");
+  cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
+  cmd->add_option("--model-name", a->model_name,
+                  "The name requests use (\"model\"); default: the directory's name");
+  cmd->add_option("--kv-cache", a->kv_cache, runtime::kv_cache_flag_help(false))
+      ->capture_default_str();
+  cmd->add_option("--weights", a->weights, "Weight dtype: f32 or bf16")->capture_default_str();
+  cmd->add_option("--kv-cache-memory", a->kv_cache_memory_mib,
+                  "KV cache budget in MiB, shared by every sequence (blocks of 16 tokens; a "
+                  "request reserves its prompt + max_tokens)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", a->max_seqs,
+                  "Sequences decoded together (up to 8 every result is bit-identical to running "
+                  "alone; beyond, equal within sgemm rounding)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", a->max_queue,
+                  "Sequences that may wait for a seat or KV blocks; more get HTTP 429")
+      ->check(count_in(0))
+      ->capture_default_str();
+  cmd->add_option("--ctx", a->ctx,
+                  "Context per sequence (prompt + new); 0 = max_position_embeddings")
+      ->check(tokens_in(0))
+      ->capture_default_str();
+  cmd->add_option("--host", a->host, "Address to listen on (loopback by default)")
+      ->capture_default_str();
+  cmd->add_option("--port", a->port, "TCP port (0: any free one)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->callback([a] { run_serve(*a); });
+}
+
+}  // namespace kvq::cli

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Load generator for `kvq serve` (or any OpenAI-compatible /v1/completions server); stdlib only.
+
+For each client count N, N threads each send --requests streamed completions one after another
+(a prompt of --prompt-tokens random token ids, --max-tokens new tokens with ignore_eos, greedy)
+and the script reports, per N: output tokens/s over the wall time of the round, time to first
+token (TTFT) and inter-token latency (ITL, the gaps between streamed chunks) at p50 / p99.
+
+  build/kvq serve --model M --kv-cache int8 --max-seqs 16 --port 8000 &
+  bench/serve_load.py --url http://127.0.0.1:8000 --clients 1,4,8,16 --prompt-tokens 512 \\
+      --max-tokens 256 --json out.jsonl
+
+Timings mean something only on a quiet machine (check `uptime`; no build running).
+"""
+import argparse
+import http.client
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def percentile(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def one_request(url, prompt, max_tokens, model):
+    """Streams one completion; returns (ttft_s, [itl_s...], completion_tokens) or raises."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=600)
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if model:
+        body["model"] = model
+    start = time.perf_counter()
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
+    first, last, gaps, tokens = None, None, [], 0
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data: "):
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if chunk.get("usage"):
+            tokens = chunk["usage"]["completion_tokens"]
+        if not chunk.get("choices") or not chunk["choices"][0].get("text"):
+            continue
+        now = time.perf_counter()
+        if first is None:
+            first = now - start
+        else:
+            gaps.append(now - last)
+        last = now
+    conn.close()
+    return first if first is not None else float("nan"), gaps, tokens
+
+
+def run_round(args, clients, rng):
+    prompts = [[rng.randrange(100, args.vocab) for _ in range(args.prompt_tokens)]
+               for _ in range(clients * args.requests)]
+    ttft, itl, tokens, errors = [], [], [0], []
+    lock = threading.Lock()
+
+    def client(i):
+        for r in range(args.requests):
+            try:
+                t, gaps, n = one_request(args.url, prompts[i * args.requests + r], args.max_tokens,
+                                         args.model)
+            except Exception as e:  # a failed request is reported, the round goes on
+                with lock:
+                    errors.append(str(e))
+                continue
+            with lock:
+                ttft.append(t)
+                itl.extend(gaps)
+                tokens[0] += n
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return {"clients": clients, "requests": clients * args.requests, "errors": len(errors),
+            "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
+            "output_tokens": tokens[0], "wall_s": wall, "output_tok_s": tokens[0] / wall,
+            "ttft_p50_s": percentile(ttft, 0.5), "ttft_p99_s": percentile(ttft, 0.99),
+            "itl_p50_s": percentile(itl, 0.5), "itl_p99_s": percentile(itl, 0.99),
+            "first_error": errors[0] if errors else None}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", default="http://127.0.0.1:8000")
+    p.add_argument("--model", default="", help="the request's model name (default: none sent)")
+    p.add_argument("--clients", default="1,4,8,16,32", help="comma-separated client counts")
+    p.add_argument("--requests", type=int, default=2, help="requests per client per round")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=49152, help="random prompt ids are below this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default="", help="append one JSON line per round to this file")
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    print(f"{'clients':>7} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} "
+          f"{'ITL p99':>8} {'errors':>6}")
+    for clients in [int(c) for c in args.clients.split(",")]:
+        row = run_round(args, clients, rng)
+        print(f"{clients:>7} {row['output_tok_s']:>10.1f} {row['ttft_p50_s']:>8.3f}s "
+              f"{row['ttft_p99_s']:>8.3f}s {row['itl_p50_s'] * 1e3:>6.1f}ms "
+              f"{row['itl_p99_s'] * 1e3:>6.1f}ms {row['errors']:>6}", flush=True)
+        if row["first_error"]:
+            print(f"  first error: {row['first_error']}", file=sys.stderr)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+#include "kvq/serve/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "kvq/core/log.h"
+#include "kvq/eval/perplexity.h"
+#include "kvq/serve/request_error.h"
+#include "kvq/serve/token_text.h"
+
+namespace kvq::serve {
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+    default:
+      return "";
+  }
+}
+
+namespace {
+
+// `target`'s logprob under `logits` [vocab] and, when top > 0, the `top` most likely tokens'
+// (ties: the lower id first). One log-sum-exp (eval::token_nll); an alternative's logprob is
+// the target's plus the difference of their logits.
+TokenLogprob token_logprob(std::span<const float> logits, std::int32_t target, int top) {
+  TokenLogprob out;
+  out.id = target;
+  out.logprob = -eval::token_nll(logits, target);
+  if (top <= 0) return out;
+  const auto n = std::min<std::size_t>(static_cast<std::size_t>(top), logits.size());
+  std::vector<std::int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                    [&](std::int32_t a, std::int32_t b) {
+                      const float la = logits[static_cast<std::size_t>(a)];
+                      const float lb = logits[static_cast<std::size_t>(b)];
+                      return la > lb || (la == lb && a < b);
+                    });
+  const double target_logit = logits[static_cast<std::size_t>(target)];
+  for (std::size_t i = 0; i < n; ++i) {
+    out.top.emplace_back(
+        ids[i], out.logprob +
+                    (static_cast<double>(logits[static_cast<std::size_t>(ids[i])]) - target_logit));
+  }
+  return out;
+}
+
+}  // namespace
+
+struct Scheduler::Running {
+  std::shared_ptr<Sequence> seq;
+  std::int64_t blocks = 0;
+  std::optional<model::KvCache> cache;  // freed when the sequence finishes
+  model::Sampler sampler;
+  std::int64_t prefilled = 0;   // prompt tokens in the cache
+  std::int32_t next_input = 0;  // the last sampled token, the next decode step's input
+  std::int64_t new_tokens = 0;  // sampled so far (a stop id included)
+  std::string text;             // the new tokens' bytes, cut before a stop string
+  std::vector<TokenLogprob> prompt_logprobs;
+  bool done = false;
+};
+
+Scheduler::Scheduler(model::CausalLM& model, const tok::Tokenizer& tokenizer,
+                     SchedulerOptions options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_(std::move(options)),
+      bytes_per_token_(model.make_cache(1, 1, options_.kv_cache).bytes_per_token()),
+      vocab_(static_cast<std::size_t>(model.config().vocab_size)),
+      pool_(options_.kv_cache_bytes, bytes_per_token_, options_.block_tokens) {
+  if (options_.max_seqs < 1)
+    fail<InvalidArgument>("--max-seqs must be >= 1, got {}", options_.max_seqs);
+  if (options_.max_queue < 0)
+    fail<InvalidArgument>("--max-queue must be >= 0, got {}", options_.max_queue);
+  if (options_.prefill_chunk < 1) {
+    fail<InvalidArgument>("prefill chunk must be >= 1 token, got {}", options_.prefill_chunk);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
+  for (auto& r : running_) finish(*r, FinishReason::kCancelled);
+  for (auto& s : waiting_) {
+    s->update([](SequenceOutput& o) { o.finish = FinishReason::kCancelled; });
+  }
+}
+
+void Scheduler::submit(std::span<const std::shared_ptr<Sequence>> sequences) {
+  std::unique_lock lock(mutex_);
+  if (draining_) {
+    throw RequestError(503, "the server is shutting down", "", "server_error");
+  }
+  for (const auto& s : sequences) {
+    const SequenceRequest& r = s->request();
+    const std::int64_t tokens = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
+    if (pool_.blocks_for(tokens) > pool_.total()) {
+      throw RequestError(
+          400,
+          fmt::format("prompt + max_tokens = {} tokens need more KV cache than the server has "
+                      "({} tokens in {} blocks: --kv-cache-memory); lower max_tokens",
+                      tokens, pool_.total() * pool_.block_tokens(), pool_.total()),
+          "max_tokens");
+    }
+  }
+  if (static_cast<std::int64_t>(waiting_.size() + sequences.size()) > options_.max_queue) {
+    ++totals_.sequences_rejected;
+    throw RequestError(429,
+                       fmt::format("the server is busy: {} sequences wait already (--max-queue "
+                                   "{}); retry later",
+                                   waiting_.size(), options_.max_queue),
+                       "", "rate_limit_error");
+  }
+  for (const auto& s : sequences) waiting_.push_back(s);
+  lock.unlock();
+  work_.notify_all();
+}
+
+void Scheduler::drain() {
+  std::unique_lock lock(mutex_);
+  draining_ = true;
+  idle_.wait(lock, [&] { return waiting_.empty() && running_count_ == 0; });
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mutex_);
+  SchedulerStats s = totals_;
+  s.running = running_count_;
+  s.waiting = static_cast<std::int64_t>(waiting_.size());
+  s.blocks_total = pool_.total();
+  s.blocks_used = pool_.used();
+  s.block_tokens = pool_.block_tokens();
+  s.kv_bytes_per_token = bytes_per_token_;
+  s.draining = draining_;
+  return s;
+}
+
+void Scheduler::loop() {
+  while (true) {
+    {
+      std::unique_lock lock(mutex_);
+      work_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+      if (stop_) return;
+    }
+    admit();
+    drop_cancelled();
+    prefill_chunk();
+    decode();
+    std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->done; });
+    std::lock_guard lock(mutex_);
+    running_count_ = static_cast<std::int64_t>(running_.size());
+    if (running_.empty() && waiting_.empty()) idle_.notify_all();
+  }
+}
+
+void Scheduler::admit() {
+  std::vector<std::pair<std::shared_ptr<Sequence>, std::int64_t>> admitted;
+  {
+    std::lock_guard lock(mutex_);
+    while (!waiting_.empty()) {
+      std::shared_ptr<Sequence> s = waiting_.front();
+      if (s->cancelled()) {  // gone before it ran: nothing to free
+        waiting_.pop_front();
+        s->update([](SequenceOutput& o) { o.finish = FinishReason::kCancelled; });
+        ++totals_.sequences_finished;
+        continue;
+      }
+      if (static_cast<std::int64_t>(running_.size() + admitted.size()) >= options_.max_seqs) break;
+      const SequenceRequest& r = s->request();
+      const std::int64_t blocks =
+          pool_.blocks_for(static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens);
+      if (!pool_.try_reserve(blocks)) break;  // first come, first served: no overtaking
+      waiting_.pop_front();
+      totals_.prompt_tokens += static_cast<std::int64_t>(r.prompt.size());
+      admitted.emplace_back(std::move(s), blocks);
+    }
+    running_count_ = static_cast<std::int64_t>(running_.size() + admitted.size());
+  }
+  for (auto& [seq, blocks] : admitted) {
+    const SequenceRequest& r = seq->request();
+    auto run = std::make_unique<Running>();
+    run->seq = seq;
+    run->blocks = blocks;
+    try {
+      run->cache = model_.make_cache(
+          1, static_cast<std::int64_t>(r.prompt.size()) + std::max<std::int64_t>(r.max_tokens, 0),
+          options_.kv_cache);
+      run->sampler = model::Sampler(r.sampling);
+    } catch (const std::bad_alloc&) {
+      finish(*run, FinishReason::kError, "out of memory allocating the KV cache");
+      continue;
+    } catch (const Error& e) {
+      finish(*run, FinishReason::kError, e.what());
+      continue;
+    }
+    running_.push_back(std::move(run));
+  }
+}
+
+void Scheduler::drop_cancelled() {
+  for (auto& r : running_) {
+    if (!r->done && r->seq->cancelled()) finish(*r, FinishReason::kCancelled);
+  }
+}
+
+void Scheduler::prefill_chunk() {
+  auto it = std::find_if(running_.begin(), running_.end(), [](const std::unique_ptr<Running>& r) {
+    return !r->done && r->prefilled < static_cast<std::int64_t>(r->seq->request().prompt.size());
+  });
+  if (it == running_.end()) return;
+  Running& r = **it;
+  const SequenceRequest& req = r.seq->request();
+  const auto prompt_len = static_cast<std::int64_t>(req.prompt.size());
+  const std::int64_t n = std::min(options_.prefill_chunk, prompt_len - r.prefilled);
+  const auto chunk =
+      std::span(req.prompt)
+          .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n));
+  try {
+    const Tensor logits = model_.forward(
+        chunk, *r.cache, req.prompt_logprobs ? model::LogitsMode::kAll : model::LogitsMode::kLast);
+    if (req.prompt_logprobs) {
+      if (r.prefilled == 0) {
+        TokenLogprob first;
+        first.id = req.prompt[0];
+        first.logprob = std::numeric_limits<double>::quiet_NaN();
+        r.prompt_logprobs.push_back(first);
+      }
+      // Row i predicts prompt token prefilled + i + 1.
+      for (std::int64_t i = 0; i < n && r.prefilled + i + 1 < prompt_len; ++i) {
+        r.prompt_logprobs.push_back(token_logprob(
+            std::span<const float>(logits.f32() + static_cast<std::size_t>(i) * vocab_, vocab_),
+            req.prompt[static_cast<std::size_t>(r.prefilled + i + 1)],
+            std::max(req.top_logprobs, 0)));
+      }
+    }
+    r.prefilled += n;
+    if (r.prefilled < prompt_len) return;
+    r.seq->update([&](SequenceOutput& o) {
+      o.prefilled = true;
+      o.prompt_logprobs = std::move(r.prompt_logprobs);
+    });
+    if (req.max_tokens == 0) {
+      finish(r, FinishReason::kLength);
+      return;
+    }
+    const std::size_t last = req.prompt_logprobs ? static_cast<std::size_t>(n - 1) : 0;
+    add_token(r, std::span<const float>(logits.f32() + last * vocab_, vocab_));
+  } catch (const std::bad_alloc&) {
+    finish(r, FinishReason::kError, "out of memory in the prefill");
+  } catch (const Error& e) {
+    finish(r, FinishReason::kError, e.what());
+  }
+}
+
+void Scheduler::decode() {
+  std::vector<Running*> batch;
+  std::vector<std::int32_t> tokens;
+  std::vector<model::KvCache*> caches;
+  for (auto& r : running_) {
+    if (r->done || r->new_tokens == 0) continue;  // finished, or still in prefill
+    batch.push_back(r.get());
+    tokens.push_back(r->next_input);
+    caches.push_back(&*r->cache);
+  }
+  if (batch.empty()) return;
+  try {
+    const Tensor logits = model_.decode_step(tokens, caches);  // [batch, vocab]
+    {
+      std::lock_guard lock(mutex_);
+      ++totals_.decode_steps;
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      add_token(*batch[i], std::span<const float>(logits.f32() + i * vocab_, vocab_));
+    }
+  } catch (const std::bad_alloc&) {
+    for (Running* r : batch) finish(*r, FinishReason::kError, "out of memory in a decode step");
+  } catch (const Error& e) {
+    for (Running* r : batch) finish(*r, FinishReason::kError, e.what());
+  }
+}
+
+bool Scheduler::add_token(Running& r, std::span<const float> logits) {
+  const SequenceRequest& req = r.seq->request();
+  const std::int32_t t = r.sampler.sample(logits);
+  ++r.new_tokens;
+  r.next_input = t;
+  {
+    std::lock_guard lock(mutex_);
+    ++totals_.generation_tokens;
+  }
+  FinishReason reason = FinishReason::kNone;
+  // Every new token is listed with its logprob, a final stop id too (it has no text): lm-eval
+  // drops the last echoed token as the generated one.
+  TokenLogprob token{t, 0.0, {}};
+  if (req.top_logprobs >= 0) token = token_logprob(logits, t, req.top_logprobs);
+  if (std::find(req.stop_ids.begin(), req.stop_ids.end(), t) != req.stop_ids.end()) {
+    reason = FinishReason::kStop;
+  } else {
+    const std::size_t before = r.text.size();
+    r.text += token_piece(tokenizer_, t);
+    // The earliest stop string that ends in the new bytes; the text ends before it.
+    std::size_t cut = std::string::npos;
+    for (const std::string& stop : req.stop_strings) {
+      const std::size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+      cut = std::min(cut, r.text.find(stop, from));
+    }
+    if (cut != std::string::npos) {
+      r.text.resize(cut);
+      reason = FinishReason::kStop;
+    }
+  }
+  if (reason == FinishReason::kNone && r.new_tokens >= req.max_tokens) {
+    reason = FinishReason::kLength;
+  }
+  r.seq->update([&](SequenceOutput& o) {
+    o.completion_tokens = r.new_tokens;
+    o.tokens.push_back(std::move(token));
+    o.text = r.text;
+  });
+  if (reason == FinishReason::kNone) return false;
+  finish(r, reason);
+  return true;
+}
+
+void Scheduler::finish(Running& r, FinishReason reason, std::string error) {
+  if (r.done) return;
+  r.done = true;
+  if (reason == FinishReason::kError) log::warn("serve: a sequence failed: {}", error);
+  r.cache.reset();  // its memory goes now, with its blocks
+  {
+    std::lock_guard lock(mutex_);
+    pool_.release(r.blocks);
+    ++totals_.sequences_finished;
+  }
+  r.seq->update([&](SequenceOutput& o) {
+    o.finish = reason;
+    o.error = std::move(error);
+  });
+}
+
+}  // namespace kvq::serve

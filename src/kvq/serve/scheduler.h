@@ -1,0 +1,105 @@
+// Continuous batching: one scheduler thread runs every sequence the server accepted.
+//
+// Each iteration (a "step"):
+//   1. admits waiting sequences, oldest first, while a seat (--max-seqs) and KV blocks for their
+//      prompt + max_tokens are free (BlockPool), and allocates each one's KvCache with exactly
+//      that capacity;
+//   2. drops cancelled sequences (their blocks return to the pool);
+//   3. runs one prefill chunk (at most prefill_chunk tokens) of the oldest sequence still in
+//      prefill, so a long prompt never stalls the sequences that decode;
+//   4. runs ONE CausalLM::decode_step over every decoding sequence, each in its own cache, and
+//      samples each one's next token with its own Sampler.
+// So requests join and leave the batch at every step. A sequence's chunk boundaries depend only on
+// its own prompt and decode_step rows are bit-identical to decoding alone up to
+// kernels::kMaxBatchedGemvRows sequences, so its tokens and logprobs do not depend on what else
+// runs (with --max-seqs above that, equal within sgemm's rounding).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "kvq/model/causal_lm.h"
+#include "kvq/model/kv_cache.h"
+#include "kvq/serve/block_pool.h"
+#include "kvq/serve/sequence.h"
+#include "kvq/tokenizer/tokenizer.h"
+
+namespace kvq::serve {
+
+struct SchedulerOptions {
+  model::KvCacheConfig kv_cache;            // every sequence's cache
+  std::int64_t kv_cache_bytes = 1ll << 30;  // the KV block pool's budget
+  std::int64_t block_tokens = 16;           // tokens per KV block
+  std::int64_t max_seqs = 8;                // sequences running at once
+  std::int64_t max_queue = 64;              // sequences waiting for a seat or blocks
+  std::int64_t prefill_chunk = 256;         // prompt tokens per prefill forward
+};
+
+// What /metrics and /health report.
+struct SchedulerStats {
+  std::int64_t running = 0, waiting = 0;
+  std::int64_t blocks_total = 0, blocks_used = 0, block_tokens = 0;
+  std::int64_t kv_bytes_per_token = 0;
+  std::int64_t sequences_finished = 0, sequences_rejected = 0;
+  std::int64_t prompt_tokens = 0, generation_tokens = 0;  // totals since start
+  std::int64_t decode_steps = 0;
+  bool draining = false;
+};
+
+class Scheduler {
+ public:
+  // Starts the scheduler thread. `model` and `tokenizer` must outlive it; the model is used by
+  // that thread only.
+  Scheduler(model::CausalLM& model, const tok::Tokenizer& tokenizer, SchedulerOptions options);
+  // Cancels what is left and joins the thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues the sequences of one request, all or none. RequestError: 400 when one can never fit
+  // (prompt + max_tokens beyond the whole KV pool), 429 when the queue has no room for them, 503
+  // while draining.
+  void submit(std::span<const std::shared_ptr<Sequence>> sequences);
+  // Stops admitting new requests (submit answers 503) and waits until every accepted sequence
+  // finished.
+  void drain();
+
+  SchedulerStats stats() const;
+  std::int64_t kv_bytes_per_token() const { return bytes_per_token_; }
+
+ private:
+  struct Running;
+  void loop();
+  void admit();  // under mutex_
+  void drop_cancelled();
+  void prefill_chunk();
+  void decode();
+  // Samples the token after `logits` [vocab] for r; true when r finished.
+  bool add_token(Running& r, std::span<const float> logits);
+  void finish(Running& r, FinishReason reason, std::string error = {});
+
+  model::CausalLM& model_;
+  const tok::Tokenizer& tokenizer_;
+  const SchedulerOptions options_;
+  const std::int64_t bytes_per_token_;
+  const std::size_t vocab_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_;                   // a sequence arrived, or stop
+  std::condition_variable idle_;                   // nothing runs or waits any more
+  BlockPool pool_;                                 // under mutex_
+  std::deque<std::shared_ptr<Sequence>> waiting_;  // under mutex_
+  std::vector<std::unique_ptr<Running>> running_;  // scheduler thread only; size under mutex_
+  std::int64_t running_count_ = 0;                 // under mutex_
+  SchedulerStats totals_;                          // counters, under mutex_
+  bool draining_ = false, stop_ = false;           // under mutex_
+  std::thread thread_;
+};
+
+}  // namespace kvq::serve
