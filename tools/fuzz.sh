@@ -11,6 +11,9 @@
 # under the limit, it is moved to build-fuzz/fuzz-unconfirmed/ (reported, not a finding) and
 # fuzzing goes on for the time left.
 #   tools/fuzz.sh [SECONDS] [HARNESS...]     e.g. tools/fuzz.sh 60; tools/fuzz.sh 600 gguf recipe
+# FUZZ_RUNS=N also stops a harness once it has run N inputs (the 10 million: a niced
+# campaign on a shared machine then takes only the CPU the others leave, e.g.
+# FUZZ_RUNS=10000000 tools/fuzz.sh 36000 dataset recipe).
 # Prints per harness: executions, exec/s (per wall second), CPU seconds, coverage, findings.
 # Exits 1 if any harness found something.
 set -euo pipefail
@@ -34,12 +37,17 @@ for h in "${harnesses[@]}"; do
   while :; do
     left=$((seconds - ($(date +%s) - start)))
     [ "$left" -gt 0 ] || break
+    runs=-1
+    if [ -n "${FUZZ_RUNS:-}" ]; then
+      runs=$((FUZZ_RUNS - execs))
+      [ "$runs" -gt 0 ] || break
+    fi
     segment=$((segment + 1))
     log="$logdir/$h.$segment.log"
     before=$(ls "$corpus" | sort)
     rc=0
     /usr/bin/time -f "%U %S" -o "$log.time" nice -n 19 "build-fuzz/tests/fuzz/fuzz_$h" \
-      -max_total_time="$left" -timeout=1 -rss_limit_mb=2048 -artifact_prefix="$corpus/" \
+      -max_total_time="$left" -runs="$runs" -timeout=1 -rss_limit_mb=2048 -artifact_prefix="$corpus/" \
       -print_final_stats=1 "$work" "$corpus" >"$log" 2>&1 || rc=$?
     execs=$((execs + $(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)))
     cpu=$(tail -1 "$log.time" | awk -v c="$cpu" '{print c + $1 + $2}')  # after "exited with ..."

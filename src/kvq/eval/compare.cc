@@ -114,6 +114,11 @@ const std::vector<SchemeDef>& builtin_schemes() {
       {"KV-INT4-Group32-MSE+R3+KS",
        "KV-INT4-Group32-MSE+R3 after key smoothing (calibrated per-channel K scaling + centring)",
        r("rotate_r2_r3_smooth_k.yaml"), "int4_g32_mse"},
+      // The same with each window's first token kept in bf16 (attention sink; KvCacheConfig::
+      // sink_tokens): its K/V draw a large share of every query's attention.
+      {"KV-INT4-Group32-MSE+R3+KS+Sink1",
+       "KV-INT4-Group32-MSE+R3+KS with the first token of each sequence in bf16 (attention sink)",
+       r("rotate_r2_r3_smooth_k.yaml"), "int4_g32_mse+sink1"},
       {"KV-INT8-Group32+R3+KS", "KV-INT8-Group32 after key smoothing and SpinQuant R2 + R3",
        r("rotate_r2_r3_smooth_k.yaml"), "int8_g32", false, false},
       // The reference PR's FP4 attention per head (q fake-quantized; K/V packed as NVFP4 under
@@ -467,6 +472,16 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   r.kv_format = std::string(quant::kv_format_name(stored));
   r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(stored);
   r.kv_bytes_per_token = runtime::kv_bytes_per_token(m, model::KvCacheConfig::dynamic(stored));
+  if (kv.sink_tokens > 0) {
+    // Sink rows cost bf16 instead of the format once per sequence: spread over the context.
+    const double share = static_cast<double>(std::min(kv.sink_tokens, options_.ctx)) /
+                         static_cast<double>(options_.ctx);
+    const double bf16_bytes = static_cast<double>(
+        runtime::kv_bytes_per_token(m, model::KvCacheConfig::of(quant::KvFormat::kBF16)));
+    const double bytes = static_cast<double>(r.kv_bytes_per_token);
+    r.kv_bits_per_value *= (bytes + share * (bf16_bytes - bytes)) / bytes;
+    r.kv_bytes_per_token = std::llround(bytes + share * (bf16_bytes - bytes));
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   TaskContext context{.evaluator = *this,

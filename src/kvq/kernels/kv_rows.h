@@ -12,6 +12,8 @@
 // Decoded value of element i of row t:
 //   f32/bf16/f16/fp8/int8/int4:  (code_i - zero_point) * scale
 //   nvfp4:                       e2m1_i * (block_scale_i / global_scale)
+// except the stream's first `sink_rows` rows (attention sinks, KvCacheConfig::sink_tokens): those
+// are bf16 rows at sink_data whatever `format` is, and `data`'s rows [0, sink_rows) are unused.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +38,23 @@ struct KvRowsView {
   // quantized to int8 and the products run on integer instructions (cpu/int8_query.h). Prefill
   // and V stay exact.
   bool int8_query_scores = false;
+  // Rows [0, sink_rows) are bf16 rows of kv_row_bytes(kBF16, head_dim) bytes at sink_data.
+  const std::byte* sink_data = nullptr;
+  std::int64_t sink_rows = 0;
+
+  // The stream's sink rows as a view of their own (bf16, unscaled; row t = position t).
+  KvRowsView sinks() const {
+    KvRowsView s;
+    s.format = KvFormat::kBF16;
+    s.data = sink_data;
+    s.row_bytes = static_cast<std::int64_t>(quant::kv_row_bytes(KvFormat::kBF16, head_dim));
+    s.head_dim = head_dim;
+    return s;
+  }
+  // How many of rows [t0, t0 + n) are sink rows (they come first).
+  std::int64_t sink_count(std::int64_t t0, std::int64_t n) const {
+    return sink_rows > t0 ? (sink_rows - t0 < n ? sink_rows - t0 : n) : 0;
+  }
 
   // The stream's dequantization, for dot_rows / axpy_rows.
   quant::RowCodec codec() const { return {format, head_dim, scale, zero_point, global_scale}; }
@@ -43,7 +62,7 @@ struct KvRowsView {
 
   // Rows [t0, t0 + n) as fp32 pointer when the storage is fp32 with unit scale, else nullptr.
   const float* f32_rows(std::int64_t t0) const {
-    if (format != KvFormat::kF32 || scale != 1.0f) return nullptr;
+    if (format != KvFormat::kF32 || scale != 1.0f || sink_rows > 0) return nullptr;
     return reinterpret_cast<const float*>(data + t0 * row_bytes);
   }
 };

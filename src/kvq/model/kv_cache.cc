@@ -8,6 +8,8 @@
 #include <limits>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "kvq/core/error.h"
 
 namespace kvq::model {
@@ -124,13 +126,16 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
 }  // namespace
 
 KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
-                   std::int64_t capacity, std::int64_t head_dim)
+                   std::int64_t capacity, std::int64_t head_dim, std::int64_t sink_rows)
     : format_(format),
       batch_(batch),
       kv_heads_(kv_heads),
       capacity_(capacity),
       head_dim_(head_dim),
-      row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(format, head_dim))) {
+      row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(format, head_dim))),
+      sink_rows_(std::min(sink_rows, capacity)),
+      sink_row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(KvFormat::kBF16, head_dim))) {
+  KVQ_CHECK(sink_rows >= 0, "KV buffer: {} sink rows", sink_rows);
   const auto heads = static_cast<std::size_t>(kv_heads);
   params_.scale.assign(heads, 1.0f);
   params_.zero_point.assign(heads, 0.0f);
@@ -140,6 +145,10 @@ KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
   dynamic_.assign(heads, global);
   const std::int64_t total = batch * kv_heads * capacity * row_bytes_;
   bytes_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(total));
+  if (sink_rows_ > 0) {
+    sink_bytes_ = std::make_unique<std::byte[]>(
+        static_cast<std::size_t>(batch * kv_heads * sink_rows_ * sink_row_bytes_));
+  }
 }
 
 void KvBuffer::set_params(KvStreamParams params) {
@@ -159,7 +168,7 @@ void KvBuffer::reset_dynamic() {
   }
 }
 
-void KvBuffer::fix_dynamic(std::int64_t n, const float* states) {
+void KvBuffer::fix_dynamic(std::int64_t n, std::int64_t skip, const float* states) {
   std::vector<float>& param = dynamic_param();
   // Every write asks; only the first ones after construction / reset() have work to do.
   if (std::none_of(param.begin(), param.end(), [](float v) { return std::isnan(v); })) return;
@@ -171,7 +180,7 @@ void KvBuffer::fix_dynamic(std::int64_t n, const float* states) {
       const float* src =
           states + ((b * kv_heads_ + static_cast<std::int64_t>(h)) * n) * head_dim_;  // [n, d]
       float m = amax[h];
-      for (std::int64_t i = 0; i < n * head_dim_; ++i) {
+      for (std::int64_t i = skip * head_dim_; i < n * head_dim_; ++i) {
         if (std::isfinite(src[i])) m = std::max(m, std::fabs(src[i]));
       }
       amax[h] = m;
@@ -195,7 +204,25 @@ void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states) {
             pos + n, capacity_);
   if (n == 0) return;
   const std::int64_t d = head_dim_;
-  fix_dynamic(n, states);
+  // Rows [0, sinks) of this write are sink positions: bf16, apart, and not seen by fix_dynamic.
+  const std::int64_t sinks = std::clamp<std::int64_t>(sink_rows_ - pos, 0, n);
+  fix_dynamic(n, sinks, states);
+  for (std::int64_t h = 0; h < kv_heads_ && sinks > 0; ++h) {
+    for (std::int64_t b = 0; b < batch_; ++b) {
+      const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
+      std::byte* dst =
+          sink_bytes_.get() + ((b * kv_heads_ + h) * sink_rows_ + pos) * sink_row_bytes_;
+      for (std::int64_t t = 0; t < sinks; ++t) {
+        quant::quantize_row(KvFormat::kBF16, src + t * d, d, 1.0f, 0.0f, 1.0f,
+                            dst + t * sink_row_bytes_);
+      }
+    }
+  }
+  if (sinks == n) return;
+  pos += sinks;
+  n -= sinks;
+  states += sinks * d;  // each stream's remaining rows now start at src + sinks * d (see below)
+  const std::int64_t stride = (n + sinks) * d;  // a stream's rows in `states`
   for (std::int64_t h = 0; h < kv_heads_; ++h) {
     const auto hs = static_cast<std::size_t>(h);
     // Still unfixed: this write's codes decode the same under any parameter (see the header).
@@ -203,7 +230,7 @@ void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states) {
     const float zp = params_.zero_point[hs];
     const float gs = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
     for (std::int64_t b = 0; b < batch_; ++b) {
-      const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
+      const float* src = states + (b * kv_heads_ + h) * stride;  // [n, head_dim]
       std::byte* dst = bytes_.get() + ((b * kv_heads_ + h) * capacity_ + pos) * row_bytes_;
       if (format_ == KvFormat::kF32 && scale == 1.0f) {
         std::memcpy(dst, src, static_cast<std::size_t>(n * d) * sizeof(float));
@@ -229,6 +256,10 @@ kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
   v.zero_point = params_.zero_point[hs];
   v.global_scale = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
   v.int8_query_scores = int8_query_scores_;
+  if (sink_rows_ > 0) {
+    v.sink_data = sink_bytes_.get() + (b * kv_heads_ + h) * sink_rows_ * sink_row_bytes_;
+    v.sink_rows = sink_rows_;
+  }
   return v;
 }
 
@@ -259,6 +290,27 @@ void check_fits_in_memory(std::int64_t layers, std::int64_t batch, std::int64_t 
         "KV cache ({}) for {} tokens x batch {} needs {:.1f} GB, more than this machine's {:.1f} "
         "GB of memory: use a shorter context",
         quant::kv_format_name(format), capacity, batch, bytes / 1e9, memory / 1e9);
+  }
+}
+
+void check_sink_tokens(const KvCacheConfig& spec) {
+  const quant::KvFormatTraits& t = quant::kv_format_traits(spec.format);
+  if (spec.sink_tokens < 0 || spec.sink_tokens > KvCacheConfig::kMaxSinkTokens) {
+    fail<InvalidArgument>("KV cache ({}): {} sink tokens; expected 0 to {}", t.name,
+                          spec.sink_tokens, KvCacheConfig::kMaxSinkTokens);
+  }
+  if (!t.needs_scale && !t.has_row_scales()) {
+    fail<InvalidArgument>(
+        "KV cache ({}): sink tokens keep the first tokens in bf16 apart from a quantized cache; "
+        "{} stores every token unquantized already",
+        t.name, t.name);
+  }
+  if (spec.scales == KvScales::kCalibrated || spec.fake_quant) {
+    fail<InvalidArgument>(
+        "KV cache ({}): sink tokens need a dynamic cache (`--kv-cache FORMAT+sinkN` on a model "
+        "without k/v quantization): a checkpoint's calibrated cache must equal its fake "
+        "quantization, which quantizes every token",
+        t.name);
   }
 }
 
@@ -297,6 +349,7 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
         "codes",
         quant::kv_format_name(spec.format), head_dim);
   }
+  if (spec.sink_tokens != 0) check_sink_tokens(spec);
   check_fits_in_memory(layers, batch, kv_heads, head_dim, capacity, spec.format);
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));
@@ -304,8 +357,8 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     // Validate before allocating, so a bad spec fails fast.
     KvStreamParams kp = stream_params(spec, l, kv_heads, "k");
     KvStreamParams vp = stream_params(spec, l, kv_heads, "v");
-    keys_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim);
-    values_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim);
+    keys_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim, spec.sink_tokens);
+    values_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim, spec.sink_tokens);
     keys_.back().set_params(std::move(kp));
     keys_.back().set_int8_query_scores(spec.int8_query_scores);
     values_.back().set_params(std::move(vp));
@@ -408,6 +461,7 @@ std::string KvCacheConfig::label() const {
     s.append(kv_granularity_name(*granularity));
   }
   if (int8_query_scores) s.append("+q8");
+  if (sink_tokens > 0) s.append(fmt::format("+sink{}", sink_tokens));
   return s;
 }
 

@@ -122,6 +122,14 @@ struct KvCacheConfig {
   // names the run: an f32 cache is an f32 cache.
   bool fake_quant = false;
   std::string fake_quant_of;
+  // Attention sinks (StreamingLLM's observation: the first tokens draw a large share of every
+  // query's attention, so their K/V errors move every output): positions [0, sink_tokens) of
+  // each sequence are stored in bf16 instead of `format` (`--kv-cache int4_g32_mse+sink1`), and
+  // dynamic per-stream scales are fixed from the other rows. Dynamic quantized caches only
+  // (InvalidArgument otherwise: a calibrated cache must equal its fake quantization). Costs
+  // (16 - bits) · head_dim bits per stream and sink token, fixed per sequence.
+  std::int64_t sink_tokens = 0;
+  static constexpr std::int64_t kMaxSinkTokens = 64;
 
   // An unscaled cache (f32 / bf16 / f16), or nvfp4 with dynamic per-head global scales.
   static KvCacheConfig of(KvFormat format);
@@ -133,7 +141,8 @@ struct KvCacheConfig {
                                KvScaleGranularity granularity = KvScaleGranularity::kHead,
                                bool int8_query_scores = false);
 
-  // "f32", "bf16", "fp8:head", "int8:head+q8", "nvfp4:head", "fake(fp8:head)": the cache's name
+  // "f32", "bf16", "fp8:head", "int8:head+q8", "nvfp4:head", "int4_g32+sink1", "fake(fp8:head)":
+  // the cache's name
   // in tables, JSON and log lines.
   std::string label() const;
   // The label with where the scales come from, for text output: "fp8:head (calibrated scales
@@ -157,8 +166,10 @@ struct KvStreamParams {
 // One layer's K or V: [batch, kv_heads, capacity, row_bytes].
 class KvBuffer {
  public:
+  // Rows of positions [0, sink_rows) are kept in bf16 apart from the packed rows (attention
+  // sinks, KvCacheConfig::sink_tokens).
   KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads, std::int64_t capacity,
-           std::int64_t head_dim);
+           std::int64_t head_dim, std::int64_t sink_rows = 0);
 
   // Encodes states [batch, kv_heads, n, head_dim] (fp32, contiguous) into rows [pos, pos + n).
   void write(std::int64_t pos, std::int64_t n, const float* states);
@@ -191,8 +202,9 @@ class KvBuffer {
   std::int64_t bytes_per_token() const { return row_bytes_ * kv_heads_; }
 
  private:
-  // Fixes the unfixed dynamic parameters that states [batch, kv_heads, n, head_dim] allow.
-  void fix_dynamic(std::int64_t n, const float* states);
+  // Fixes the unfixed dynamic parameters that rows [skip, n) of states [batch, kv_heads, n,
+  // head_dim] allow.
+  void fix_dynamic(std::int64_t n, std::int64_t skip, const float* states);
   // The parameter a dynamic stream uses: params_.global_scale (nvfp4) or params_.scale.
   std::vector<float>& dynamic_param() {
     return quant::kv_format_traits(format_).global_scale ? params_.global_scale : params_.scale;
@@ -200,10 +212,12 @@ class KvBuffer {
 
   KvFormat format_;
   std::int64_t batch_, kv_heads_, capacity_, head_dim_, row_bytes_;
+  std::int64_t sink_rows_, sink_row_bytes_;
   KvStreamParams params_;
   std::vector<bool> dynamic_;  // [kv_heads] the scale (nvfp4: global scale) is dynamic
   bool int8_query_scores_ = false;
   std::unique_ptr<std::byte[]> bytes_;
+  std::unique_ptr<std::byte[]> sink_bytes_;  // [batch, kv_heads, sink_rows, sink_row_bytes]
 };
 
 class KvCache {

@@ -58,8 +58,10 @@ KvCacheConfig resolve_plain(const KvCacheOption& o, std::string_view model_name)
     case KvCacheOption::Mode::kFormat:
       break;
   }
-  return KvCacheConfig::dynamic(o.format, o.granularity.value_or(KvScaleGranularity::kHead),
-                                o.int8_query);
+  KvCacheConfig c = KvCacheConfig::dynamic(
+      o.format, o.granularity.value_or(KvScaleGranularity::kHead), o.int8_query);
+  c.sink_tokens = o.sink_tokens;
+  return c;
 }
 
 // The checkpoint's own cache label without options ("fp8:head"), "" when it has no packed format.
@@ -84,9 +86,33 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
     return o;
   }
   o.mode = KvCacheOption::Mode::kFormat;
-  if (low.ends_with("+q8")) {
-    text.remove_suffix(3);
-    o.int8_query = true;
+  // Options after the format, each once, in any order: +q8, +sinkN.
+  while (true) {
+    const std::size_t plus = text.rfind('+');
+    if (plus == std::string_view::npos) break;
+    const std::string opt = ascii_lower(text.substr(plus + 1));
+    if (opt == "q8" && !o.int8_query) {
+      o.int8_query = true;
+    } else if (opt.starts_with("sink") && o.sink_tokens == 0) {
+      const std::string_view digits = std::string_view(opt).substr(4);
+      std::int64_t n = 0;
+      const bool ok = !digits.empty() && digits.size() <= 3 &&
+                      digits.find_first_not_of("0123456789") == std::string_view::npos;
+      if (ok) n = std::stoll(std::string(digits));
+      if (!ok || n < 1 || n > model::KvCacheConfig::kMaxSinkTokens) {
+        fail<InvalidArgument>(
+            "--kv-cache '{}': '+{}' must be +sinkN with N from 1 to {} (the first N tokens of "
+            "every sequence kept in bf16)",
+            o.text, opt, model::KvCacheConfig::kMaxSinkTokens);
+      }
+      o.sink_tokens = n;
+    } else {
+      fail<InvalidArgument>(
+          "--kv-cache '{}': unknown or repeated option '+{}' (options: +q8, "
+          "+sinkN)",
+          o.text, opt);
+    }
+    text = text.substr(0, plus);
   }
   const std::size_t colon = text.find(':');
   const std::string_view name = text.substr(0, colon);
@@ -141,6 +167,13 @@ KvCacheConfig resolve_kv_cache(const KvCacheOption& o, const lifecycle::Quantiza
   const std::string ckpt_label = checkpoint_label(*lc, ckpt_format);
 
   if (o.mode == KvCacheOption::Mode::kFake) return fake_config(ckpt_label, g);
+  if (o.sink_tokens > 0) {
+    fail<InvalidArgument>(
+        "--kv-cache {}: {} is a quantized checkpoint: its cache must equal its fake quantization, "
+        "which quantizes every token; +sinkN applies to dynamic caches of a model without k/v "
+        "quantization",
+        o.text, model_name);
+  }
   if (o.mode == KvCacheOption::Mode::kFormat) {
     const bool same_format = ckpt_format && *ckpt_format == o.format;
     const bool same_granularity = !o.granularity || o.granularity == g;
@@ -190,6 +223,7 @@ nlohmann::json kv_cache_json(const KvCacheConfig& c) {
   j["kv_scales"] =
       std::string(model::kv_scales_name(c.fake_quant ? KvScales::kCalibrated : c.scales));
   j["kv_fake_quant"] = c.fake_quant;
+  j["kv_sink_tokens"] = c.sink_tokens;
   return j;
 }
 
@@ -213,7 +247,8 @@ std::string kv_cache_flag_help(bool list) {
       "FORMAT[:tensor|head] with FORMAT one of {} ({} on a plain model: dynamic scales fixed by "
       "the first write, per kv head unless :tensor; {}: a scale per 32 values of every row, "
       "no granularity); {}...+q8: approximate int8-query decode scores (VNNI), faster, not "
-      "bit-exact",
+      "bit-exact; ...+sinkN: the first N tokens of every sequence kept in bf16 (attention "
+      "sinks; dynamic caches), e.g. int4_g32_mse+sink1",
       list ? "s, comma-separated" : "", format_names(), scaled_format_names(),
       format_names(
           [](const quant::KvFormatTraits& t) { return !t.needs_scale && t.has_row_scales(); }),

@@ -20,6 +20,8 @@
 //                         the query quantized to int8 per head, integer dot products (AVX-512
 //                         VNNI; see kernels/cpu/int8_query.h). Opt-in: not bit-identical to fake
 //                         quantization.
+//   FORMAT...+sinkN       plain model, a quantized FORMAT: the first N tokens of every sequence
+//                         in bf16 (KvCacheConfig::sink_tokens). Combines with +q8.
 //   fake                  quantized checkpoint only: the reference semantics — an f32 cache, so
 //                         the lifecycle's k/v fake-quant hooks quantize (for comparison with
 //                         auto).
@@ -51,6 +53,7 @@ struct KvCacheOption {
   quant::KvFormat format = quant::KvFormat::kF32;        // kFormat
   std::optional<model::KvScaleGranularity> granularity;  // kFormat with `:tensor` / `:head`
   bool int8_query = false;                               // `+q8`
+  std::int64_t sink_tokens = 0;                          // `+sinkN`
   std::string text;                                      // as typed
 };
 // InvalidArgument naming the value and listing the supported ones; NotSupported for a

@@ -97,6 +97,60 @@ TEST_F(GroupKvFormats, PackedCacheMatchesFakeQuantizedFp32Cache) {
   }
 }
 
+// Attention sinks (KvCacheConfig::sink_tokens): rows of positions [0, sinks) are stored in bf16
+// apart from the packed rows, the rest as before, so the packed cache equals an fp32 cache whose
+// hooks round the first `sinks` positions to bf16 and fake-quantize the others. Bit for bit,
+// prefill (sink rows through load_kv_rows) and decode (the first tile split between the bf16 and
+// the packed rows).
+TEST_F(GroupKvFormats, SinkRowsAreBf16AndTheRestIsTheFormat) {
+  for (const auto& [f, sinks] :
+       {std::pair{KvFormat::kINT4G32Mse, 1}, std::pair{KvFormat::kINT4G32, 5},
+        std::pair{KvFormat::kINT8G32, 24}}) {
+    const std::string name =
+        std::string(quant::kv_format_name(f)) + "+sink" + std::to_string(sinks);
+    std::vector<ScopedHook> hooks;
+    std::vector<std::int64_t> written(2 * model_->attention_modules().size(), 0);
+    for (AttentionModule* m : model_->attention_modules()) {
+      for (int kv = 0; kv < 2; ++kv) {
+        auto hook = [f, sinks = static_cast<std::int64_t>(sinks), kv, &written](
+                        AttentionModule& mod, StatesView s) {
+          std::int64_t& pos = written[static_cast<std::size_t>(2 * mod.layer_idx() + kv)];
+          std::vector<std::byte> row(std::max(quant::kv_row_bytes(f, s.head_dim),
+                                              quant::kv_row_bytes(KvFormat::kBF16, s.head_dim)));
+          for (std::int64_t t = 0; t < s.tokens; ++t) {
+            const KvFormat g = pos + t < sinks ? KvFormat::kBF16 : f;
+            for (std::int64_t b = 0; b < s.batch; ++b)
+              for (std::int64_t h = 0; h < s.heads; ++h) {
+                float* x = s.row(b, h, t);
+                quant::quantize_row(g, x, s.head_dim, 1.0f, 0.0f, 1.0f, row.data());
+                quant::dequantize_row(g, row.data(), s.head_dim, 1.0f, 0.0f, 1.0f, x);
+              }
+          }
+          pos += s.tokens;
+        };
+        hooks.emplace_back(kv == 0 ? m->register_key_hook(hook) : m->register_value_hook(hook));
+      }
+    }
+    const std::vector<float> a = run(KvCacheConfig{});
+    hooks.clear();
+    KvCacheConfig packed = KvCacheConfig::of(f);
+    packed.sink_tokens = sinks;
+    EXPECT_EQ(packed.label(), name);
+    const std::vector<float> b = run(packed);
+    const std::vector<float> no_sinks = run(KvCacheConfig::of(f));
+    ASSERT_EQ(a.size(), b.size());
+    float amax = 0.0f, worst = 0.0f, vs_no_sinks = 0.0f;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      amax = std::max(amax, std::fabs(a[i]));
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
+      vs_no_sinks = std::max(vs_no_sinks, std::fabs(b[i] - no_sinks[i]));
+    }
+    EXPECT_EQ(worst, 0.0f) << name;
+    // The sinks must change something, or the comparison proves nothing.
+    EXPECT_GT(vs_no_sinks, 1e-4f * amax) << name << " kept no sink";
+  }
+}
+
 TEST(GroupKvFormatsTiny, HeadDim16IsRefusedByName) {
   const auto tiny = CausalLM::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
   for (KvFormat f : kGroupFormats) {

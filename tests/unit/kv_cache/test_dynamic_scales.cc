@@ -189,6 +189,36 @@ TEST(DynamicKvScales, LaterWritesKeepTheScaleAndSaturate) {
   }
 }
 
+// Sink rows (KvCacheConfig::sink_tokens) are bf16 apart from the packed rows: their values do
+// not fix the dynamic scale (an attention sink's outliers would coarsen every other row), they
+// read back as bf16, and a write that holds only sink rows leaves the scale for the next one.
+TEST(DynamicKvScales, SinkRowsAreBf16AndDoNotFixTheScale) {
+  const std::int64_t H = 2, D = 8, n = 3;
+  for (KvFormat f : scaled_formats()) {
+    const std::string name(quant::kv_format_name(f));
+    KvCacheConfig spec = dynamic_spec(f, KvScaleGranularity::kHead);
+    spec.sink_tokens = 2;
+    KvCache cache(1, 1, H, D, 8, spec);
+    // Position 0 holds a large outlier; positions 1 (a sink too) and 2 (packed) are small.
+    std::vector<float> x(static_cast<std::size_t>(H * n * D), 0.125f);
+    for (std::int64_t h = 0; h < H; ++h) {
+      x[at(H, n, D, 0, h, 0, 0)] = 1000.0f + 0.3f;
+      x[at(H, n, D, 0, h, 2, 1)] = -0.5f;
+    }
+    cache.keys(0).write(0, 1, x.data());  // read as [H, 1, D]: position 0 only, a sink row
+    EXPECT_TRUE(std::isnan(cache.keys(0).scale(0))) << name << ": fixed from a sink row";
+    cache.keys(0).write(0, n, x.data());
+    EXPECT_FLOAT_EQ(cache.keys(0).scale(0), ct_scale(f, 0.5f)) << name;
+    const std::vector<float> got = cache.keys(0).read(n);
+    for (std::int64_t h = 0; h < H; ++h) {
+      // bf16(1000.3) = 1000; the packed row decodes on the small scale.
+      EXPECT_EQ(got[at(H, n, D, 0, h, 0, 0)], 1000.0f) << name;
+      EXPECT_EQ(got[at(H, n, D, 0, h, 1, 0)], 0.125f) << name;
+      EXPECT_NEAR(got[at(H, n, D, 0, h, 2, 1)], -0.5f, ct_scale(f, 0.5f)) << name;
+    }
+  }
+}
+
 // Zeros and non-finite values decode the same under any scale, so a write holding nothing else
 // leaves the scale unfixed and the next write with data fixes it; rows read back meanwhile use
 // scale 1 and never a NaN / zero scale.

@@ -211,6 +211,58 @@ void calibrate_tiny(lifecycle::QuantizationLifecycle& lc) {
   lifecycle::calibrate(lc, samples, {.show_progress = false});
 }
 
+TEST(KvCacheOption, SinkTokensKeepTheFirstTokensOfADynamicCacheInBf16) {
+  for (std::string_view t : {"int4_g32_mse+sink1", "INT8:head+SINK4+q8", "nvfp4+q8+sink64"}) {
+    const KvCacheOption o = parse_kv_cache_option(t);
+    EXPECT_EQ(o.sink_tokens, t[0] == 'i' ? 1 : t[0] == 'I' ? 4 : 64) << t;
+    EXPECT_EQ(o.int8_query, t.find("q8") != std::string_view::npos) << t;
+  }
+  EXPECT_EQ(parse_kv_cache_option("int8").sink_tokens, 0);
+  for (std::string_view t : {"int8+sink0", "int8+sink65", "int8+sink", "int8+sinkx", "int8+sink-1",
+                             "int8+sink1+sink2", "int8+q8+q8", "int8+bogus"}) {
+    const std::string e = error_of(t);
+    EXPECT_NE(e.find(fmt::format("--kv-cache '{}'", t)), std::string::npos) << t << ": " << e;
+  }
+  EXPECT_NE(error_of("int8+sink65").find("+sinkN with N from 1 to 64"), std::string::npos);
+
+  const auto m = tiny();
+  const KvCacheConfig c = resolve_kv_cache("int8+sink2", nullptr, "tiny");
+  EXPECT_EQ(c.sink_tokens, 2);
+  EXPECT_EQ(c.label(), "int8:head+sink2");
+  EXPECT_EQ(kv_cache_json(c)["kv_sink_tokens"], 2);
+  const model::KvCache cache = m->make_cache(1, 8, c);
+  EXPECT_EQ(cache.keys(m->config().num_hidden_layers - 1).rows(0, 1).sink_rows, 2);
+  EXPECT_EQ(cache.values(0).rows(0, 0).sink_rows, 2);
+  EXPECT_NE(cache.values(0).rows(0, 0).sink_data, nullptr);
+  // Longer than the cache: every row is a sink row.
+  EXPECT_EQ(m->make_cache(1, 1, c).keys(0).rows(0, 0).sink_rows, 1);
+
+  // Unquantized caches have nothing to keep; calibrated ones must equal their fake quantization.
+  for (KvCacheConfig bad :
+       {KvCacheConfig::of(KvFormat::kBF16), KvCacheConfig::of(KvFormat::kF32)}) {
+    bad.sink_tokens = 1;
+    EXPECT_THROW(m->make_cache(1, 4, bad), InvalidArgument) << bad.label();
+  }
+  auto lc = lifecycle::apply_quantization_config(*m, kv_config("attn_head"));
+  calibrate_tiny(*lc);
+  KvCacheConfig calibrated = lc->kv_cache_config();
+  calibrated.sink_tokens = 1;
+  try {
+    m->make_cache(1, 4, calibrated);
+    ADD_FAILURE() << "sinks accepted on a calibrated cache";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("sink tokens need a dynamic cache"), std::string::npos)
+        << e.what();
+  }
+  try {
+    resolve_kv_cache("fp8:head+sink1", lc.get(), "ckpt");
+    ADD_FAILURE() << "+sink1 accepted on a checkpoint";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt is a quantized checkpoint"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(KvCacheOption, CheckpointRunsItsPackedCacheOrItsFakeQuantization) {
   auto m = tiny();
   auto lc = lifecycle::apply_quantization_config(*m, kv_config("attn_head"));

@@ -246,16 +246,22 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
                    std::int64_t t_begin, std::int64_t t_end, float scale, float* s, float* m,
                    float* l, float* acc) {
   const std::int64_t d = k.head_dim;
-  const quant::RowCodec k_codec = k.codec(), v_codec = v.codec();
+  const quant::RowCodec k_codec = k.codec(), v_codec = v.codec(), sink_codec = k.sinks().codec();
+  KVQ_CHECK(k.sink_rows == v.sink_rows, "K and V sink rows differ: {} / {}", k.sink_rows,
+            v.sink_rows);
   // Opt-in approximate scores (kv_rows.h): the group's queries quantized to int8 once.
   thread_local Int8Query q8;
   if (k.int8_query_scores) quantize_query_int8(q, nq, d, &q8);
   for (std::int64_t t0 = t_begin; t0 < t_end; t0 += kKeyTile) {
     const std::int64_t nt = std::min(kKeyTile, t_end - t0);
+    // Sink rows (bf16, see kv_rows.h) come first; the rest of the tile is packed. Scores are
+    // per row and P·V adds rows in order, so the split changes no result.
+    const std::int64_t ns = k.sink_count(t0, nt);
+    if (ns > 0) dot_rows(sink_codec, q, nq, k.sinks().row(t0), ns, s, kKeyTile);
     if (k.int8_query_scores)
-      dot_rows_int8_query(k_codec, q8, k.row(t0), nt, s, kKeyTile);
+      dot_rows_int8_query(k_codec, q8, k.row(t0 + ns), nt - ns, s + ns, kKeyTile);
     else
-      dot_rows(k_codec, q, nq, k.row(t0), nt, s, kKeyTile);
+      dot_rows(k_codec, q, nq, k.row(t0 + ns), nt - ns, s + ns, kKeyTile);
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = s + i * kKeyTile;
       for (std::int64_t j = 0; j < nt; ++j) si[j] *= scale;
@@ -269,7 +275,8 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
       }
       m[i] = mx;
     }
-    axpy_rows(v_codec, s, nq, kKeyTile, v.row(t0), nt, acc);
+    if (ns > 0) axpy_rows(sink_codec, s, nq, kKeyTile, v.sinks().row(t0), ns, acc);
+    axpy_rows(v_codec, s + ns, nq, kKeyTile, v.row(t0 + ns), nt - ns, acc);
   }
 }
 
