@@ -119,6 +119,12 @@ const std::vector<SchemeDef>& builtin_schemes() {
       {"KV-INT4-Group32-MSE+R3+KS+Sink1",
        "KV-INT4-Group32-MSE+R3+KS with the first token of each sequence in bf16 (attention sink)",
        r("rotate_r2_r3_smooth_k.yaml"), "int4_g32_mse+sink1"},
+      // K at 8 bits, V at 4 (llama.cpp's -ctk q8_0 -ctv q4_0): K costs most of the 4-bit error.
+      // Run by name.
+      {"KV-K8V4-Group32+R3+KS+Sink1",
+       "K int8_g32, V int4_g32_mse (6.5 bits per value), R2 + R3, key smoothing, first token in "
+       "bf16",
+       r("rotate_r2_r3_smooth_k.yaml"), "int8_g32/int4_g32_mse+sink1", false, false},
       {"KV-INT8-Group32+R3+KS", "KV-INT8-Group32 after key smoothing and SpinQuant R2 + R3",
        r("rotate_r2_r3_smooth_k.yaml"), "int8_g32", false, false},
       // The reference PR's FP4 attention per head (q fake-quantized; K/V packed as NVFP4 under
@@ -461,17 +467,22 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   // fake-quant hooks stand aside for it), else the scheme's format with dynamic scales. A scheme
   // whose k/v cannot be packed (partially quantized) runs its fake quantization, with a warning.
   const model::KvCacheConfig kv = runtime::resolve_kv_cache(def.kv_cache, lc.get(), def.name);
-  quant::KvFormat stored = kv.format;  // what a value costs in the cache the scheme stands for
+  // What a value costs in the cache the scheme stands for (K and V may differ).
+  quant::KvFormat stored = kv.k_format(), stored_v = kv.v_format();
   if (kv.fake_quant) {
     try {
-      stored = lc->kv_format();
+      stored = stored_v = lc->kv_format();
     } catch (const NotSupported&) {
-      stored = quant::KvFormat::kF32;  // no packed format at all: an fp32 cache
+      stored = stored_v = quant::KvFormat::kF32;  // no packed format at all: an fp32 cache
     }
   }
-  r.kv_format = std::string(quant::kv_format_name(stored));
-  r.kv_bits_per_value = 8.0 * quant::kv_bytes_per_value(stored);
-  r.kv_bytes_per_token = runtime::kv_bytes_per_token(m, model::KvCacheConfig::dynamic(stored));
+  r.kv_format = stored_v == stored ? std::string(quant::kv_format_name(stored))
+                                   : fmt::format("{}/{}", quant::kv_format_name(stored),
+                                                 quant::kv_format_name(stored_v));
+  r.kv_bits_per_value =
+      4.0 * (quant::kv_bytes_per_value(stored) + quant::kv_bytes_per_value(stored_v));
+  r.kv_bytes_per_token = runtime::kv_bytes_per_token(
+      m, model::KvCacheConfig::dynamic(stored, model::KvScaleGranularity::kHead, false, stored_v));
   if (kv.sink_tokens > 0) {
     // Sink rows cost bf16 instead of the format once per sequence: spread over the context.
     const double share = static_cast<double>(std::min(kv.sink_tokens, options_.ctx)) /

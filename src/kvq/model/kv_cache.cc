@@ -34,9 +34,9 @@ std::vector<float> expand(const std::vector<float>& v, std::int64_t kv_heads, fl
 // Validated per-head parameters of one buffer. `kv` is "k" or "v".
 KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std::int64_t kv_heads,
                              const char* kv) {
-  const KvFormat f = spec.format;
-  const quant::KvFormatTraits& t = quant::kv_format_traits(f);
   const std::string base(kv);
+  const KvFormat f = base == "k" ? spec.k_format() : spec.v_format();
+  const quant::KvFormatTraits& t = quant::kv_format_traits(f);
   static const KvLayerScales kDefaults;
   const KvLayerScales& ls =
       spec.layers.empty() ? kDefaults : spec.layers[static_cast<std::size_t>(layer)];
@@ -279,10 +279,12 @@ namespace {
 // The cache's bytes are allocated up front: a context beyond what the machine holds (--ctx 10^8)
 // is refused with the sizes, not left to end in std::bad_alloc or the OOM killer.
 void check_fits_in_memory(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
-                          std::int64_t head_dim, std::int64_t capacity, KvFormat format) {
-  const double bytes = 2.0 * static_cast<double>(layers) * static_cast<double>(batch) *
+                          std::int64_t head_dim, std::int64_t capacity, KvFormat format,
+                          KvFormat v_format) {
+  const double bytes = static_cast<double>(layers) * static_cast<double>(batch) *
                        static_cast<double>(kv_heads) * static_cast<double>(capacity) *
-                       static_cast<double>(quant::kv_row_bytes(format, head_dim));
+                       static_cast<double>(quant::kv_row_bytes(format, head_dim) +
+                                           quant::kv_row_bytes(v_format, head_dim));
   const double memory =
       static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   if (memory > 0 && bytes > memory) {
@@ -299,11 +301,15 @@ void check_sink_tokens(const KvCacheConfig& spec) {
     fail<InvalidArgument>("KV cache ({}): {} sink tokens; expected 0 to {}", t.name,
                           spec.sink_tokens, KvCacheConfig::kMaxSinkTokens);
   }
-  if (!t.needs_scale && !t.has_row_scales()) {
+  const auto quantized = [](KvFormat f) {
+    const quant::KvFormatTraits& ft = quant::kv_format_traits(f);
+    return ft.needs_scale || ft.has_row_scales();
+  };
+  if (!quantized(spec.k_format()) && !quantized(spec.v_format())) {
     fail<InvalidArgument>(
         "KV cache ({}): sink tokens keep the first tokens in bf16 apart from a quantized cache; "
         "{} stores every token unquantized already",
-        t.name, t.name);
+        spec.label(), spec.label());
   }
   if (spec.scales == KvScales::kCalibrated || spec.fake_quant) {
     fail<InvalidArgument>(
@@ -327,12 +333,25 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
   if (static_cast<std::size_t>(spec.format) >= quant::kv_format_table().size()) {
     fail<InvalidArgument>("KV cache: unknown format {}", static_cast<int>(spec.format));
   }
-  if (const quant::KvFormatTraits& t = quant::kv_format_traits(spec.format);
-      t.head_dim_multiple > 0 && head_dim % t.head_dim_multiple != 0) {
+  if (spec.value_format &&
+      static_cast<std::size_t>(*spec.value_format) >= quant::kv_format_table().size()) {
+    fail<InvalidArgument>("KV cache: unknown V format {}", static_cast<int>(*spec.value_format));
+  }
+  for (const KvFormat f : {spec.k_format(), spec.v_format()}) {
+    if (const quant::KvFormatTraits& t = quant::kv_format_traits(f);
+        t.head_dim_multiple > 0 && head_dim % t.head_dim_multiple != 0) {
+      fail<InvalidArgument>(
+          "KV cache ({}): head_dim {} is not a multiple of {}: {} stores one scale per block of "
+          "{} values of a row",
+          t.name, head_dim, t.head_dim_multiple, t.name, t.block_values);
+    }
+  }
+  if (spec.v_format() != spec.k_format() &&
+      (spec.scales == KvScales::kCalibrated || spec.fake_quant)) {
     fail<InvalidArgument>(
-        "KV cache ({}): head_dim {} is not a multiple of {}: {} stores one scale per block of {} "
-        "values of a row",
-        t.name, head_dim, t.head_dim_multiple, t.name, t.block_values);
+        "KV cache ({}): K and V in different formats need a dynamic cache (a model without k/v "
+        "quantization): a checkpoint's kv_cache_scheme quantizes k and v alike",
+        spec.label());
   }
   if (!spec.layers.empty() && static_cast<std::int64_t>(spec.layers.size()) != layers) {
     fail<InvalidArgument>("KV cache ({}): the config has scales for {} layers, the model has {}",
@@ -350,15 +369,16 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
         quant::kv_format_name(spec.format), head_dim);
   }
   if (spec.sink_tokens != 0) check_sink_tokens(spec);
-  check_fits_in_memory(layers, batch, kv_heads, head_dim, capacity, spec.format);
+  check_fits_in_memory(layers, batch, kv_heads, head_dim, capacity, spec.k_format(),
+                       spec.v_format());
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));
   for (std::int64_t l = 0; l < layers; ++l) {
     // Validate before allocating, so a bad spec fails fast.
     KvStreamParams kp = stream_params(spec, l, kv_heads, "k");
     KvStreamParams vp = stream_params(spec, l, kv_heads, "v");
-    keys_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim, spec.sink_tokens);
-    values_.emplace_back(spec.format, batch, kv_heads, capacity, head_dim, spec.sink_tokens);
+    keys_.emplace_back(spec.k_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens);
+    values_.emplace_back(spec.v_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens);
     keys_.back().set_params(std::move(kp));
     keys_.back().set_int8_query_scores(spec.int8_query_scores);
     values_.back().set_params(std::move(vp));
@@ -442,11 +462,13 @@ KvCacheConfig KvCacheConfig::calibrated(KvFormat format, std::vector<KvLayerScal
 }
 
 KvCacheConfig KvCacheConfig::dynamic(KvFormat format, KvScaleGranularity granularity,
-                                     bool int8_query_scores) {
+                                     bool int8_query_scores, std::optional<KvFormat> value_format) {
   KvCacheConfig c;
   c.format = format;
+  if (value_format && *value_format != format) c.value_format = value_format;
   c.int8_query_scores = int8_query_scores;
-  if (quant::kv_format_traits(format).needs_scale) {
+  if (quant::kv_format_traits(format).needs_scale ||
+      quant::kv_format_traits(c.v_format()).needs_scale) {
     c.scales = KvScales::kDynamic;
     c.granularity = granularity;
   }
@@ -455,11 +477,18 @@ KvCacheConfig KvCacheConfig::dynamic(KvFormat format, KvScaleGranularity granula
 
 std::string KvCacheConfig::label() const {
   if (fake_quant) return fake_quant_of.empty() ? "fake" : "fake(" + fake_quant_of + ")";
-  std::string s(quant::kv_format_name(format));
-  if (granularity) {
-    s.push_back(':');
-    s.append(kv_granularity_name(*granularity));
-  }
+  // One format with its granularity; `:g` only where a format has stream scales.
+  const auto name = [&](KvFormat f, bool always) {
+    std::string n(quant::kv_format_name(f));
+    if (granularity && (always || quant::kv_format_traits(f).needs_scale)) {
+      n.push_back(':');
+      n.append(kv_granularity_name(*granularity));
+    }
+    return n;
+  };
+  std::string s = v_format() == k_format()
+                      ? name(format, true)
+                      : name(k_format(), false) + "/" + name(v_format(), false);
   if (int8_query_scores) s.append("+q8");
   if (sink_tokens > 0) s.append(fmt::format("+sink{}", sink_tokens));
   return s;

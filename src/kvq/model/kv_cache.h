@@ -102,7 +102,14 @@ std::string_view kv_scales_name(KvScales scales);  // "none", "calibrated", "dyn
 // compare builds its caches from one of these (runtime/kv_cache_choice.h makes it from a
 // checkpoint's quantization_config or a `--kv-cache` string; CausalLM::make_cache consumes it).
 struct KvCacheConfig {
+  // K's format, and V's unless value_format says otherwise.
   KvFormat format = KvFormat::kF32;
+  // V's format when it differs from K's (llama.cpp's -ctk / -ctv; `--kv-cache int8_g32/int4_g32`).
+  // Dynamic or unscaled caches only (InvalidArgument otherwise: a checkpoint's kv_cache_scheme
+  // quantizes k and v alike).
+  std::optional<KvFormat> value_format;
+  KvFormat k_format() const { return format; }
+  KvFormat v_format() const { return value_format.value_or(format); }
   KvScales scales = KvScales::kNone;
   // Of the scales (calibrated: the checkpoint's strategy; dynamic: how they are fixed, kHead when
   // unset); nullopt for unscaled formats.
@@ -136,13 +143,15 @@ struct KvCacheConfig {
   // Scales given per layer (a calibration's; see `layers`).
   static KvCacheConfig calibrated(KvFormat format, std::vector<KvLayerScales> layers,
                                   std::optional<KvScaleGranularity> granularity = std::nullopt);
-  // A quantized format with dynamic scales of that granularity (unscaled formats: plain `of`).
+  // A quantized format with dynamic scales of that granularity (unscaled formats: plain `of`);
+  // V in `value_format` when given and different.
   static KvCacheConfig dynamic(KvFormat format,
                                KvScaleGranularity granularity = KvScaleGranularity::kHead,
-                               bool int8_query_scores = false);
+                               bool int8_query_scores = false,
+                               std::optional<KvFormat> value_format = std::nullopt);
 
-  // "f32", "bf16", "fp8:head", "int8:head+q8", "nvfp4:head", "int4_g32+sink1", "fake(fp8:head)":
-  // the cache's name
+  // "f32", "bf16", "fp8:head", "int8:head+q8", "nvfp4:head", "int4_g32+sink1", "bf16/int4:head"
+  // (K / V), "fake(fp8:head)": the cache's name
   // in tables, JSON and log lines.
   std::string label() const;
   // The label with where the scales come from, for text output: "fp8:head (calibrated scales
@@ -237,8 +246,8 @@ class KvCache {
   std::int64_t kv_heads() const { return kv_heads_; }
   std::int64_t head_dim() const { return head_dim_; }
   std::int64_t capacity() const { return capacity_; }
-  std::int64_t length() const { return length_; }  // tokens cached so far
-  KvFormat format() const { return config_.format; }
+  std::int64_t length() const { return length_; }     // tokens cached so far
+  KvFormat format() const { return config_.format; }  // K's (config().v_format(): V's)
   // What the cache was built from (its parameters as given; dynamic ones live in the buffers).
   const KvCacheConfig& config() const { return config_; }
 

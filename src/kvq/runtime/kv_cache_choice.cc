@@ -59,7 +59,7 @@ KvCacheConfig resolve_plain(const KvCacheOption& o, std::string_view model_name)
       break;
   }
   KvCacheConfig c = KvCacheConfig::dynamic(
-      o.format, o.granularity.value_or(KvScaleGranularity::kHead), o.int8_query);
+      o.format, o.granularity.value_or(KvScaleGranularity::kHead), o.int8_query, o.value_format);
   c.sink_tokens = o.sink_tokens;
   return c;
 }
@@ -72,6 +72,44 @@ std::string checkpoint_label(const lifecycle::QuantizationLifecycle& lc,
   c.format = *format;
   c.granularity = lc.kv_granularity();
   return c.label();
+}
+
+// One FORMAT[:tensor|head] of a --kv-cache value (errors name that part).
+struct FormatPart {
+  KvFormat format;
+  std::optional<KvScaleGranularity> granularity;
+};
+FormatPart parse_format_part(std::string_view text) {
+  const std::size_t colon = text.find(':');
+  const std::string_view name = text.substr(0, colon);
+  const std::optional<KvFormat> f = quant::parse_kv_format(name);
+  if (!f) {
+    fail<InvalidArgument>("--kv-cache '{}': unknown KV cache format '{}' (supported: {})", text,
+                          name, supported_values());
+  }
+  FormatPart out{*f, std::nullopt};
+  if (colon != std::string_view::npos) {
+    const std::string g = ascii_lower(text.substr(colon + 1));
+    if (g == "tensor") {
+      out.granularity = KvScaleGranularity::kTensor;
+    } else if (g == "head") {
+      out.granularity = KvScaleGranularity::kHead;
+    } else {
+      fail<InvalidArgument>("--kv-cache '{}': scale granularity must be 'tensor' or 'head'", text);
+    }
+    const quant::KvFormatTraits& t = quant::kv_format_traits(out.format);
+    if (!t.needs_scale && t.has_row_scales()) {
+      fail<NotSupported>(
+          "--kv-cache '{}': {} has no stream scales to choose a granularity for: one scale per "
+          "{} values is computed from each row when it is written; ':{}' applies to {} only",
+          text, t.name, t.block_values, g, scaled_format_names());
+    }
+    if (!t.needs_scale) {
+      fail<NotSupported>("--kv-cache '{}': {} is stored unscaled; ':{}' scales apply to {} only",
+                         text, quant::kv_format_name(out.format), g, scaled_format_names());
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -114,34 +152,19 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
     }
     text = text.substr(0, plus);
   }
-  const std::size_t colon = text.find(':');
-  const std::string_view name = text.substr(0, colon);
-  const std::optional<KvFormat> f = quant::parse_kv_format(name);
-  if (!f) {
-    fail<InvalidArgument>("--kv-cache '{}': unknown KV cache format '{}' (supported: {})", text,
-                          name, supported_values());
-  }
-  o.format = *f;
-  if (colon != std::string_view::npos) {
-    const std::string g = ascii_lower(text.substr(colon + 1));
-    if (g == "tensor") {
-      o.granularity = KvScaleGranularity::kTensor;
-    } else if (g == "head") {
-      o.granularity = KvScaleGranularity::kHead;
-    } else {
-      fail<InvalidArgument>("--kv-cache '{}': scale granularity must be 'tensor' or 'head'", text);
+  // K / V in two formats (llama.cpp's -ctk / -ctv): "int8_g32/int4_g32".
+  const std::size_t slash = text.find('/');
+  const FormatPart k = parse_format_part(text.substr(0, slash));
+  o.format = k.format;
+  o.granularity = k.granularity;
+  if (slash != std::string_view::npos) {
+    const FormatPart v = parse_format_part(text.substr(slash + 1));
+    if (k.granularity && v.granularity && k.granularity != v.granularity) {
+      fail<InvalidArgument>("--kv-cache '{}': K and V scales take one granularity, tensor or head",
+                            o.text);
     }
-    const quant::KvFormatTraits& t = quant::kv_format_traits(o.format);
-    if (!t.needs_scale && t.has_row_scales()) {
-      fail<NotSupported>(
-          "--kv-cache '{}': {} has no stream scales to choose a granularity for: one scale per "
-          "{} values is computed from each row when it is written; ':{}' applies to {} only",
-          text, t.name, t.block_values, g, scaled_format_names());
-    }
-    if (!t.needs_scale) {
-      fail<NotSupported>("--kv-cache '{}': {} is stored unscaled; ':{}' scales apply to {} only",
-                         text, quant::kv_format_name(o.format), g, scaled_format_names());
-    }
+    if (v.format != k.format) o.value_format = v.format;
+    if (!o.granularity) o.granularity = v.granularity;
   }
   if (o.int8_query && !quant::kv_format_traits(o.format).supports_int8_query()) {
     fail<NotSupported>(
@@ -167,6 +190,12 @@ KvCacheConfig resolve_kv_cache(const KvCacheOption& o, const lifecycle::Quantiza
   const std::string ckpt_label = checkpoint_label(*lc, ckpt_format);
 
   if (o.mode == KvCacheOption::Mode::kFake) return fake_config(ckpt_label, g);
+  if (o.value_format) {
+    fail<InvalidArgument>(
+        "--kv-cache {}: {} is a quantized checkpoint: its kv_cache_scheme quantizes k and v "
+        "alike; K and V in different formats apply to a model without k/v quantization",
+        o.text, model_name);
+  }
   if (o.sink_tokens > 0) {
     fail<InvalidArgument>(
         "--kv-cache {}: {} is a quantized checkpoint: its cache must equal its fake quantization, "
@@ -217,6 +246,7 @@ nlohmann::json kv_cache_json(const KvCacheConfig& c) {
   nlohmann::json j;
   j["kv_cache"] = c.label();
   j["kv_format"] = std::string(quant::kv_format_name(c.format));
+  j["kv_value_format"] = std::string(quant::kv_format_name(c.v_format()));
   j["kv_granularity"] =
       c.granularity ? nlohmann::json(std::string(model::kv_granularity_name(*c.granularity)))
                     : nlohmann::json(nullptr);
@@ -248,7 +278,8 @@ std::string kv_cache_flag_help(bool list) {
       "the first write, per kv head unless :tensor; {}: a scale per 32 values of every row, "
       "no granularity); {}...+q8: approximate int8-query decode scores (VNNI), faster, not "
       "bit-exact; ...+sinkN: the first N tokens of every sequence kept in bf16 (attention "
-      "sinks; dynamic caches), e.g. int4_g32_mse+sink1",
+      "sinks; dynamic caches), e.g. int4_g32_mse+sink1; K/V in two formats as llama.cpp's "
+      "-ctk/-ctv: KFORMAT/VFORMAT, e.g. int8_g32/int4_g32_mse",
       list ? "s, comma-separated" : "", format_names(), scaled_format_names(),
       format_names(
           [](const quant::KvFormatTraits& t) { return !t.needs_scale && t.has_row_scales(); }),

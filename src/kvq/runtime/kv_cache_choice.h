@@ -20,6 +20,8 @@
 //                         the query quantized to int8 per head, integer dot products (AVX-512
 //                         VNNI; see kernels/cpu/int8_query.h). Opt-in: not bit-identical to fake
 //                         quantization.
+//   KFORMAT/VFORMAT...    plain model: K and V in two formats (llama.cpp's -ctk / -ctv), e.g.
+//                         int8_g32/int4_g32_mse or bf16/int4:head; one granularity for both.
 //   FORMAT...+sinkN       plain model, a quantized FORMAT: the first N tokens of every sequence
 //                         in bf16 (KvCacheConfig::sink_tokens). Combines with +q8.
 //   fake                  quantized checkpoint only: the reference semantics — an f32 cache, so
@@ -50,7 +52,8 @@ namespace kvq::runtime {
 struct KvCacheOption {
   enum class Mode : std::uint8_t { kAuto, kFake, kFormat };
   Mode mode = Mode::kAuto;
-  quant::KvFormat format = quant::KvFormat::kF32;        // kFormat
+  quant::KvFormat format = quant::KvFormat::kF32;        // kFormat (K's, and V's if not below)
+  std::optional<quant::KvFormat> value_format;           // `K/V` with two different formats
   std::optional<model::KvScaleGranularity> granularity;  // kFormat with `:tensor` / `:head`
   bool int8_query = false;                               // `+q8`
   std::int64_t sink_tokens = 0;                          // `+sinkN`

@@ -97,23 +97,31 @@ TEST_F(GroupKvFormats, PackedCacheMatchesFakeQuantizedFp32Cache) {
   }
 }
 
-// Attention sinks (KvCacheConfig::sink_tokens): rows of positions [0, sinks) are stored in bf16
-// apart from the packed rows, the rest as before, so the packed cache equals an fp32 cache whose
-// hooks round the first `sinks` positions to bf16 and fake-quantize the others. Bit for bit,
-// prefill (sink rows through load_kv_rows) and decode (the first tile split between the bf16 and
-// the packed rows).
-TEST_F(GroupKvFormats, SinkRowsAreBf16AndTheRestIsTheFormat) {
-  for (const auto& [f, sinks] :
-       {std::pair{KvFormat::kINT4G32Mse, 1}, std::pair{KvFormat::kINT4G32, 5},
-        std::pair{KvFormat::kINT8G32, 24}}) {
-    const std::string name =
-        std::string(quant::kv_format_name(f)) + "+sink" + std::to_string(sinks);
+// K and V in two formats (KvCacheConfig::value_format, llama.cpp's -ctk / -ctv) and attention
+// sinks (KvCacheConfig::sink_tokens: rows of positions [0, sinks) stored in bf16 apart from the
+// packed rows): the packed cache equals an fp32 cache whose key hooks fake-quantize in K's format,
+// value hooks in V's, and both round the first `sinks` positions to bf16. Bit for bit, prefill
+// (sink rows through load_kv_rows) and decode (the first tile split between bf16 and packed rows).
+TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
+  struct Case {
+    KvFormat k, v;
+    int sinks;
+    const char* label;
+  };
+  const Case cases[] = {
+      {KvFormat::kINT4G32Mse, KvFormat::kINT4G32Mse, 1, "int4_g32_mse+sink1"},
+      {KvFormat::kINT4G32, KvFormat::kINT4G32, 5, "int4_g32+sink5"},
+      {KvFormat::kINT8G32, KvFormat::kINT8G32, 24, "int8_g32+sink24"},
+      {KvFormat::kINT8G32, KvFormat::kINT4G32Mse, 0, "int8_g32/int4_g32_mse"},
+      {KvFormat::kBF16, KvFormat::kINT4G32, 2, "bf16/int4_g32+sink2"},
+  };
+  for (const Case& c : cases) {
     std::vector<ScopedHook> hooks;
     std::vector<std::int64_t> written(2 * model_->attention_modules().size(), 0);
     for (AttentionModule* m : model_->attention_modules()) {
       for (int kv = 0; kv < 2; ++kv) {
-        auto hook = [f, sinks = static_cast<std::int64_t>(sinks), kv, &written](
-                        AttentionModule& mod, StatesView s) {
+        auto hook = [f = kv == 0 ? c.k : c.v, sinks = static_cast<std::int64_t>(c.sinks), kv,
+                     &written](AttentionModule& mod, StatesView s) {
           std::int64_t& pos = written[static_cast<std::size_t>(2 * mod.layer_idx() + kv)];
           std::vector<std::byte> row(std::max(quant::kv_row_bytes(f, s.head_dim),
                                               quant::kv_row_bytes(KvFormat::kBF16, s.head_dim)));
@@ -133,21 +141,24 @@ TEST_F(GroupKvFormats, SinkRowsAreBf16AndTheRestIsTheFormat) {
     }
     const std::vector<float> a = run(KvCacheConfig{});
     hooks.clear();
-    KvCacheConfig packed = KvCacheConfig::of(f);
-    packed.sink_tokens = sinks;
-    EXPECT_EQ(packed.label(), name);
+    KvCacheConfig packed = KvCacheConfig::dynamic(c.k, KvScaleGranularity::kHead, false, c.v);
+    packed.sink_tokens = c.sinks;
+    EXPECT_EQ(packed.label(), c.label);
     const std::vector<float> b = run(packed);
-    const std::vector<float> no_sinks = run(KvCacheConfig::of(f));
+    // The same formats without sinks, and K's format for both: each option must change something.
+    KvCacheConfig without = packed;
+    without.sink_tokens = 0;
+    without.value_format.reset();
+    const std::vector<float> other = run(without);
     ASSERT_EQ(a.size(), b.size());
-    float amax = 0.0f, worst = 0.0f, vs_no_sinks = 0.0f;
+    float amax = 0.0f, worst = 0.0f, vs_other = 0.0f;
     for (std::size_t i = 0; i < a.size(); ++i) {
       amax = std::max(amax, std::fabs(a[i]));
       worst = std::max(worst, std::fabs(a[i] - b[i]));
-      vs_no_sinks = std::max(vs_no_sinks, std::fabs(b[i] - no_sinks[i]));
+      vs_other = std::max(vs_other, std::fabs(b[i] - other[i]));
     }
-    EXPECT_EQ(worst, 0.0f) << name;
-    // The sinks must change something, or the comparison proves nothing.
-    EXPECT_GT(vs_no_sinks, 1e-4f * amax) << name << " kept no sink";
+    EXPECT_EQ(worst, 0.0f) << c.label;
+    EXPECT_GT(vs_other, 1e-4f * amax) << c.label << ": the sinks / V format changed nothing";
   }
 }
 

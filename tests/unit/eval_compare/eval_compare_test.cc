@@ -178,7 +178,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 20u);
+  EXPECT_EQ(builtin_schemes().size(), 22u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   for (const char* name : {"KV-INT8-Group32", "KV-INT4-Group32", "KV-INT4-Group32+R3"})
@@ -192,6 +192,9 @@ TEST(Compare, SchemeTable) {
   EXPECT_EQ(find_scheme("KV-INT4-Group32-MSE+R3+KS").kv_cache, "int4_g32_mse");
   EXPECT_FALSE(find_scheme("KV-INT4-Group32-MSE+R3").in_default);
   EXPECT_FALSE(find_scheme("KV-INT8-Group32+R3+KS").in_default);
+  EXPECT_TRUE(find_scheme("KV-INT4-Group32-MSE+R3+KS+Sink1").in_default);
+  EXPECT_EQ(find_scheme("KV-INT4-Group32-MSE+R3+KS+Sink1").kv_cache, "int4_g32_mse+sink1");
+  EXPECT_EQ(find_scheme("KV-K8V4-Group32+R3+KS+Sink1").kv_cache, "int8_g32/int4_g32_mse+sink1");
   try {
     find_scheme("KV-FP3");
     FAIL();
@@ -201,7 +204,7 @@ TEST(Compare, SchemeTable) {
   const auto l = parse_scheme_list("baseline, KV-INT8-Head");
   ASSERT_EQ(l.size(), 2u);
   EXPECT_EQ(l[1].name, "KV-INT8-Head");
-  EXPECT_EQ(parse_scheme_list("").size(), 12u);  // the default ones
+  EXPECT_EQ(parse_scheme_list("").size(), 13u);  // the default ones
   EXPECT_EQ(parse_scheme_list("KV-NVFP4-Calibrated").size(), 1u);
   EXPECT_THROW(parse_scheme_list("KV-INT8-Head,kv-int8-head"), InvalidArgument);
 }

@@ -263,6 +263,49 @@ TEST(KvCacheOption, SinkTokensKeepTheFirstTokensOfADynamicCacheInBf16) {
   }
 }
 
+TEST(KvCacheOption, KAndVTakeTwoFormatsLikeLlamaCppsCtkCtv) {
+  const KvCacheOption o = parse_kv_cache_option("int8_g32/Q4_0+sink1");
+  EXPECT_EQ(o.format, KvFormat::kINT8G32);
+  EXPECT_EQ(o.value_format, KvFormat::kINT4G32);
+  EXPECT_EQ(o.sink_tokens, 1);
+  EXPECT_FALSE(parse_kv_cache_option("int8/int8").value_format) << "one format: no V override";
+  EXPECT_EQ(parse_kv_cache_option("bf16/int4:tensor").granularity, KvScaleGranularity::kTensor);
+  EXPECT_NE(error_of("fp8:tensor/int8:head").find("one granularity"), std::string::npos);
+  EXPECT_NE(error_of("int8/bogus").find("unknown KV cache format 'bogus'"), std::string::npos);
+  EXPECT_NE(error_of("int8/").find("unknown KV cache format ''"), std::string::npos);
+
+  const auto m = tiny();
+  const KvCacheConfig c = resolve_kv_cache("bf16/int8:head", nullptr, "tiny");
+  EXPECT_EQ(c.label(), "bf16/int8:head");
+  EXPECT_EQ(c.k_format(), KvFormat::kBF16);
+  EXPECT_EQ(c.v_format(), KvFormat::kINT8);
+  EXPECT_EQ(c.scales, KvScales::kDynamic);
+  EXPECT_EQ(kv_cache_json(c)["kv_value_format"], "int8");
+  const model::KvCache cache = m->make_cache(1, 4, c);
+  EXPECT_EQ(cache.keys(0).format(), KvFormat::kBF16);
+  EXPECT_EQ(cache.values(0).format(), KvFormat::kINT8);
+  EXPECT_TRUE(cache.values(0).dynamic(0));
+  EXPECT_FALSE(cache.keys(0).dynamic(0));
+  // Bytes per token: K's rows plus V's.
+  const std::int64_t d = cache.head_dim();
+  EXPECT_EQ(cache.bytes_per_token(),
+            cache.layers() * cache.kv_heads() *
+                static_cast<std::int64_t>(quant::kv_row_bytes(KvFormat::kBF16, d) +
+                                          quant::kv_row_bytes(KvFormat::kINT8, d)));
+
+  auto lc = lifecycle::apply_quantization_config(*m, kv_config("attn_head"));
+  calibrate_tiny(*lc);
+  try {
+    resolve_kv_cache("fp8:head/int8:head", lc.get(), "ckpt");
+    ADD_FAILURE() << "two formats accepted on a checkpoint";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("quantizes k and v alike"), std::string::npos) << e.what();
+  }
+  KvCacheConfig calibrated = lc->kv_cache_config();
+  calibrated.value_format = KvFormat::kINT8;
+  EXPECT_THROW(m->make_cache(1, 4, calibrated), InvalidArgument);
+}
+
 TEST(KvCacheOption, CheckpointRunsItsPackedCacheOrItsFakeQuantization) {
   auto m = tiny();
   auto lc = lifecycle::apply_quantization_config(*m, kv_config("attn_head"));
