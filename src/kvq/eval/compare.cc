@@ -119,8 +119,12 @@ const std::vector<SchemeDef>& builtin_schemes() {
       {"KV-INT4-Group32-MSE+R3+KS+Sink1",
        "KV-INT4-Group32-MSE+R3+KS with the first token of each sequence in bf16 (attention sink)",
        r("rotate_r2_r3_smooth_k.yaml"), "int4_g32_mse+sink1"},
-      // K at 8 bits, V at 4 (llama.cpp's -ctk q8_0 -ctv q4_0): K costs most of the 4-bit error.
-      // Run by name.
+      // K at 5 or 8 bits, V at 4 (llama.cpp's -ctk q5_0 / q8_0 -ctv q4_0): K costs most of the
+      // 4-bit error. Run by name.
+      {"KV-K5V4-Group32-MSE+R3+KS+Sink1",
+       "K int5_g32_mse, V int4_g32_mse (5 bits per value), R2 + R3, key smoothing, first token "
+       "in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"), "int5_g32_mse/int4_g32_mse+sink1", false, false},
       {"KV-K8V4-Group32+R3+KS+Sink1",
        "K int8_g32, V int4_g32_mse (6.5 bits per value), R2 + R3, key smoothing, first token in "
        "bf16",

@@ -172,6 +172,9 @@ using detail::group_scales_offset;
 using detail::kGroupValues;
 
 constexpr float kFp16Max = 65504.0f;
+// int5_g32: a block's 32 codes in 16 nibble bytes and 4 bytes of fifth bits.
+constexpr std::int64_t kInt5BlockBytes = 20;
+static_assert(detail::group_scales_offset(5, kGroupValues) == kInt5BlockBytes);
 
 // Scale rules of one block x[0, m) (NaN ignored): the fp32 scale before its fp16 rounding.
 // int8_g32: amax / 127.
@@ -181,9 +184,10 @@ float int8_g32_scale(const float* x, std::int64_t m) {
     if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
   return amax / 127.0f;
 }
-// int4_g32: llama.cpp q4_0's d = max / -8 with max the value of largest magnitude (the first on
-// ties), sign kept.
-float int4_g32_scale(const float* x, std::int64_t m) {
+// q4_0 / q5_0: d = max / kLo with max the value of largest magnitude (the first on ties), sign
+// kept, so max gets the most negative code.
+template <int kLo>
+float signed_max_scale(const float* x, std::int64_t m) {
   float amax = 0.0f, max = 0.0f;
   for (std::int64_t i = 0; i < m; ++i) {
     if (!std::isnan(x[i]) && std::fabs(x[i]) > amax) {
@@ -191,7 +195,7 @@ float int4_g32_scale(const float* x, std::int64_t m) {
       max = x[i];
     }
   }
-  return max / -8.0f;
+  return max / static_cast<float>(kLo);
 }
 
 // Codes of a group format with nibbles (4 bits) or bytes (8 bits) and the scale rule above:
@@ -211,6 +215,16 @@ struct Group {
         const int q = d == 0.0f ? 0 : round_int(x[i] / d, kLo, kHi);
         if constexpr (kBits == 8) {
           out[i] = static_cast<std::byte>(static_cast<std::int8_t>(q));
+        } else if constexpr (kBits == 5) {
+          const auto u = static_cast<unsigned>(q + 16);
+          std::byte* block = out + (i / kGroupValues) * kInt5BlockBytes;
+          const std::int64_t j = i % kGroupValues;
+          std::byte& lo = block[j / 2];
+          lo = (j & 1) ? ((lo & std::byte{0x0f}) | static_cast<std::byte>((u & 15u) << 4))
+                       : ((lo & std::byte{0xf0}) | static_cast<std::byte>(u & 15u));
+          std::byte& hi = block[16 + j / 8];
+          const auto bit = static_cast<std::byte>(1u << (j % 8));
+          hi = (u & 16u) ? (hi | bit) : (hi & ~bit);
         } else {
           out[i / 2] = (i & 1)
                            ? ((out[i / 2] & std::byte{0x0f}) | static_cast<std::byte>((q + 8) << 4))
@@ -222,6 +236,11 @@ struct Group {
   static float code(const std::byte* row, std::int64_t i) {
     if constexpr (kBits == 8) {
       return static_cast<float>(static_cast<std::int8_t>(row[i]));
+    } else if constexpr (kBits == 5) {
+      const std::byte* block = row + (i / kGroupValues) * kInt5BlockBytes;
+      const std::int64_t j = i % kGroupValues;
+      const unsigned hi = (static_cast<unsigned>(block[16 + j / 8]) >> (j % 8)) & 1u;
+      return static_cast<float>(static_cast<int>(nibble(block, j) | (hi << 4)) - 16);
     } else {
       return static_cast<float>(static_cast<int>(nibble(row, i)) - 8);
     }
@@ -237,14 +256,17 @@ struct Group {
   }
 };
 using Int8G32 = Group<8, int8_g32_scale, -127, 127>;
-using Int4G32 = Group<4, int4_g32_scale, -8, 7>;
+using Int4G32 = Group<4, signed_max_scale<-8>, -8, 7>;
+using Int5G32 = Group<5, signed_max_scale<-16>, -16, 15>;
 
-// int4_g32_mse: the clipping search of formats.h. Each candidate is scored with the fp16 scale it
-// stores and the codes Group::quantize would give, so the winner is exactly what decodes.
+// int4_g32_mse / int5_g32_mse: the clipping search of formats.h. Each candidate is scored with the
+// fp16 scale it stores and the codes Group::quantize would give, so the winner is exactly what
+// decodes.
 constexpr int kMseRatios = 16;
 constexpr float kMseRatioStep = 0.02f;
-float int4_g32_mse_scale(const float* x, std::int64_t m) {
-  const float full = int4_g32_scale(x, m);
+template <int kLo, int kHi>
+float mse_scale(const float* x, std::int64_t m) {
+  const float full = signed_max_scale<kLo>(x, m);
   float best = full;
   double best_err = std::numeric_limits<double>::infinity();
   for (int k = 0; k < kMseRatios; ++k) {
@@ -253,7 +275,7 @@ float int4_g32_mse_scale(const float* x, std::int64_t m) {
     double err = 0.0;
     for (std::int64_t i = 0; i < m; ++i) {
       if (std::isnan(x[i])) continue;
-      const float q = d == 0.0f ? 0.0f : static_cast<float>(round_int(x[i] / d, -8, 7));
+      const float q = d == 0.0f ? 0.0f : static_cast<float>(round_int(x[i] / d, kLo, kHi));
       const double e = static_cast<double>(q * d) - static_cast<double>(x[i]);
       err += e * e;
     }
@@ -264,7 +286,8 @@ float int4_g32_mse_scale(const float* x, std::int64_t m) {
   }
   return best;
 }
-using Int4G32Mse = Group<4, int4_g32_mse_scale, -8, 7>;
+using Int4G32Mse = Group<4, mse_scale<-8, 7>, -8, 7>;
+using Int5G32Mse = Group<5, mse_scale<-16, 15>, -16, 15>;
 
 // int4_g32a (q4_1): unsigned nibbles q in [0, 15], then per block fp16 d and fp16 m.
 namespace int4_g32a {
@@ -482,6 +505,30 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = Int4G32Mse::quantize,
      .unscaled = Int4G32Mse::unscaled,
      .value = Int4G32Mse::value},
+    {.format = KvFormat::kINT5G32,
+     .name = "int5_g32",
+     .aliases = {"q5_0", "i5_g32"},
+     .bits = 5,
+     .block_values = 32,
+     .block_bytes = 22,
+     .head_dim_multiple = 32,
+     .code_min = -16.0f,
+     .code_max = 15.0f,
+     .quantize_row = Int5G32::quantize,
+     .unscaled = Int5G32::unscaled,
+     .value = Int5G32::value},
+    {.format = KvFormat::kINT5G32Mse,
+     .name = "int5_g32_mse",
+     .aliases = {"q5_0_mse", "i5_g32_mse"},
+     .bits = 5,
+     .block_values = 32,
+     .block_bytes = 22,
+     .head_dim_multiple = 32,
+     .code_min = -16.0f,
+     .code_max = 15.0f,
+     .quantize_row = Int5G32Mse::quantize,
+     .unscaled = Int5G32Mse::unscaled,
+     .value = Int5G32Mse::value},
 }};
 
 constexpr bool rows_in_enum_order() {
@@ -520,7 +567,9 @@ std::size_t kv_row_bytes(KvFormat format, std::int64_t head_dim) {
   const auto block = static_cast<std::size_t>(t.block_values);
   // What a block holds beyond its values: its in-row scale (nvfp4: 1 byte).
   const std::size_t scale_bytes = static_cast<std::size_t>(t.block_bytes) - block * bits / 8;
-  return (n * bits + 7) / 8 + (n + block - 1) / block * scale_bytes;
+  const auto code_bytes =
+      static_cast<std::size_t>(detail::group_scales_offset(t.bits, static_cast<std::int64_t>(n)));
+  return code_bytes + (n + block - 1) / block * scale_bytes;
 }
 
 double kv_bytes_per_value(KvFormat format) {

@@ -27,7 +27,12 @@
 //         differently: kvq keeps one nibble order for every format)
 //   int4_g32a ceil(n/2) bytes of UNSIGNED nibbles q in [0, 15] (int4 order, no offset), then per
 //         block of 32 an fp16 scale d and an fp16 minimum m (5 bits per value, like q4_1)
-//   All three are dynamic and need no calibration: each block's scale comes from the row itself
+//   int5_g32 / int5_g32_mse  per block of 32 values, 20 bytes of codes q + 16 (q in [-16, 15]):
+//         16 bytes of their low nibbles (int4 order within the block), then 4 bytes of their
+//         fifth bits (value j of the block: bit j % 8 of byte j / 8); then ceil(n/32) fp16 block
+//         scales d at the end of the row (5.5 bits per value, like llama.cpp's q5_0; a block's
+//         codes stay together so a decoder needs no row length)
+//   All of them are dynamic and need no calibration: each block's scale comes from the row itself
 //   when it is written, so they have no per-stream parameter (KvScales::kNone, like f16). The KV
 //   cache needs head_dim % 32 == 0 for them (KvFormatTraits::head_dim_multiple); the codec itself
 //   pads a partial last block.
@@ -55,6 +60,9 @@
 //         sum_i (q_i · d_r - x_i)^2 (NaN ignored); the smallest error wins, the first (largest r)
 //         on ties, so a block int4_g32 already codes exactly keeps its scale. Same bits as
 //         int4_g32; KLD 0.045 -> 0.040 on the default model with R2 + R3 (docs/results.md).
+//   int5_g32 (llama.cpp q5_0's scale): d = fp16(clamp(m / -16, ±65504)), m as in int4_g32,
+//         q = d == 0 ? 0 : round_half_even(clamp(x / d, -16, 15)); int5_g32_mse searches the
+//         same 16 ratios as int4_g32_mse on this grid.
 //   int4_g32a (llama.cpp q4_1: asymmetric per block; NaN is ignored by min / max):
 //         d = fp16(min((max - min) / 15, 65504)), m = fp16(clamp(min, ±65504))
 //         q = d == 0 ? 0 : round_half_even(clamp((x - m) / d, 0, 15)), decoded fma(q, d, m)
@@ -99,8 +107,10 @@ enum class KvFormat : std::uint8_t {
   kINT4G32,
   kINT4G32A,
   kINT4G32Mse,
+  kINT5G32,
+  kINT5G32Mse,
 };
-inline constexpr std::size_t kKvFormatCount = 12;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 14;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).

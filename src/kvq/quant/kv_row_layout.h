@@ -48,8 +48,11 @@ inline float nvfp4_block_scale(const std::byte* row, std::int64_t n, std::int64_
 
 inline constexpr std::int64_t kGroupValues = 32;  // values per int8_g32 / int4_g32 block scale
 
-// Where a group format's fp16 block scales start: after the codes of n values of `bits` bits.
-constexpr std::int64_t group_scales_offset(int bits, std::int64_t n) { return (n * bits + 7) / 8; }
+// Where a group format's fp16 block scales start: after the codes of n values of `bits` bits
+// (int5_g32: whole 20-byte blocks of 32 codes, a partial last one padded).
+constexpr std::int64_t group_scales_offset(int bits, std::int64_t n) {
+  return bits == 5 ? (n + kGroupValues - 1) / kGroupValues * 20 : (n * bits + 7) / 8;
+}
 
 // The fp16 block scale of element i of a group-format row whose scales start at `offset`, with
 // `stride` bytes per block (2: a scale; 4: a scale and a minimum, int4_g32a).

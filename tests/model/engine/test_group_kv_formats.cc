@@ -23,7 +23,9 @@ namespace {
 
 using quant::KvFormat;
 
-constexpr KvFormat kGroupFormats[] = {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A};
+constexpr KvFormat kGroupFormats[] = {KvFormat::kINT8G32,  KvFormat::kINT4G32,
+                                      KvFormat::kINT4G32A, KvFormat::kINT4G32Mse,
+                                      KvFormat::kINT5G32,  KvFormat::kINT5G32Mse};
 
 class GroupKvFormats : public ::testing::Test {
  protected:
@@ -114,6 +116,7 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
       {KvFormat::kINT8G32, KvFormat::kINT8G32, 24, "int8_g32+sink24"},
       {KvFormat::kINT8G32, KvFormat::kINT4G32Mse, 0, "int8_g32/int4_g32_mse"},
       {KvFormat::kBF16, KvFormat::kINT4G32, 2, "bf16/int4_g32+sink2"},
+      {KvFormat::kINT5G32Mse, KvFormat::kINT4G32Mse, 1, "int5_g32_mse/int4_g32_mse+sink1"},
   };
   for (const Case& c : cases) {
     std::vector<ScopedHook> hooks;

@@ -149,8 +149,8 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
 // int8_g32 / int4_g32 keep one scale per 32 values inside each row: a head_dim that does not
 // split into whole blocks is refused by name, and so are stream scales (they have none).
 TEST(KvCache, GroupFormatsNeedWholeBlocksAndNoStreamScales) {
-  for (KvFormat f :
-       {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A, KvFormat::kINT4G32Mse}) {
+  for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A,
+                     KvFormat::kINT4G32Mse, KvFormat::kINT5G32, KvFormat::kINT5G32Mse}) {
     const std::string name(quant::kv_format_name(f));
     const std::string e = spec_error(KvCacheConfig::of(f));  // head_dim 16
     EXPECT_NE(e.find("KV cache (" + name + "): head_dim 16 is not a multiple of 32"),
@@ -196,7 +196,8 @@ TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
     double per_head = D * t.bits / 8.0;
     if (t.format == KvFormat::kNVFP4) per_head += D / 16.0;
     if (t.format == KvFormat::kINT8G32 || t.format == KvFormat::kINT4G32 ||
-        t.format == KvFormat::kINT4G32Mse)
+        t.format == KvFormat::kINT4G32Mse || t.format == KvFormat::kINT5G32 ||
+        t.format == KvFormat::kINT5G32Mse)
       per_head += 2 * D / 32.0;
     if (t.format == KvFormat::kINT4G32A) per_head += 4 * D / 32.0;  // fp16 scale + fp16 minimum
     const double theory = 2.0 * layers * H * per_head;

@@ -325,6 +325,63 @@ TEST(KvFormats, Int4G32LayoutAndValues) {
 
 // The documented rules written out (formats.h), against the codec on random rows of head_dim 64
 // and 128 (and a partial block): every scale byte and every decoded value bit for bit.
+// int5_g32 (q5_0's scale d = m / -16) and its layout, written out: per block of 32, 16 bytes of
+// low nibbles of q + 16 (value 2j low, 2j + 1 high), 4 bytes of fifth bits (value j: bit j % 8 of
+// byte j / 8), the fp16 scales after all blocks; int5_g32_mse decodes the same bytes and never
+// codes a block worse.
+TEST(KvFormats, Int5G32LayoutAndRule) {
+  std::mt19937 rng(55);
+  for (std::int64_t n : {32, 64, 128, 40}) {
+    for (float spread : {1e-3f, 0.3f, 40.0f}) {
+      const std::vector<float> x = random_row(rng, n, spread);
+      const std::int64_t blocks = (n + 31) / 32;
+      ASSERT_EQ(kv_row_bytes(KvFormat::kINT5G32, n), static_cast<std::size_t>(blocks * 22)) << n;
+      std::vector<std::byte> row(kv_row_bytes(KvFormat::kINT5G32, n));
+      quantize_row(KvFormat::kINT5G32, x.data(), n, 3.0f, 0.0f, 1.0f, row.data());  // scale unused
+      std::vector<float> got(static_cast<std::size_t>(n));
+      dequantize_row(KvFormat::kINT5G32, row.data(), n, 3.0f, 0.0f, 1.0f, got.data());
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::int64_t b0 = 32 * b, b1 = std::min<std::int64_t>(n, b0 + 32);
+        const auto [amax, m] = block_extreme(x, b0, b1);
+        const std::uint16_t h = f32_to_fp16(m / -16.0f);
+        ASSERT_EQ(fp16_at(row, static_cast<std::size_t>(20 * blocks + 2 * b)), h) << n << " " << b;
+        const float d = fp16_to_f32(h);
+        for (std::int64_t i = b0; i < b1; ++i) {
+          const int q =
+              d == 0.0f ? 0 : static_cast<int>(std::nearbyint(std::clamp(x[i] / d, -16.0f, 15.0f)));
+          const std::int64_t j = i - b0;
+          const auto byte = [&](std::int64_t k) {
+            return static_cast<unsigned>(row[static_cast<std::size_t>(20 * b + k)]);
+          };
+          const unsigned nib = (byte(j / 2) >> (4 * (j & 1))) & 15u;
+          const unsigned hi = (byte(16 + j / 8) >> (j % 8)) & 1u;
+          ASSERT_EQ(static_cast<int>(nib | hi << 4) - 16, q) << n << " " << i;
+          ASSERT_EQ(got[static_cast<std::size_t>(i)], static_cast<float>(q) * d) << n << " " << i;
+        }
+      }
+      // The MSE variant: same decode, error per block never above the plain rule's.
+      std::vector<std::byte> mse(row.size());
+      quantize_row(KvFormat::kINT5G32Mse, x.data(), n, 1.0f, 0.0f, 1.0f, mse.data());
+      std::vector<float> a(got.size()), b(got.size());
+      dequantize_row(KvFormat::kINT5G32Mse, mse.data(), n, 1.0f, 0.0f, 1.0f, a.data());
+      dequantize_row(KvFormat::kINT5G32, mse.data(), n, 1.0f, 0.0f, 1.0f, b.data());
+      EXPECT_EQ(a, b) << "one layout";
+      for (std::int64_t b0 = 0; b0 < n; b0 += 32) {
+        double e_mse = 0.0, e_plain = 0.0;
+        for (std::int64_t i = b0; i < std::min<std::int64_t>(n, b0 + 32); ++i) {
+          const auto k = static_cast<std::size_t>(i);
+          e_mse += std::pow(static_cast<double>(a[k]) - x[k], 2);
+          e_plain += std::pow(static_cast<double>(got[k]) - x[k], 2);
+        }
+        EXPECT_LE(e_mse, e_plain * (1 + 1e-6) + 1e-30) << n << " block " << b0 / 32;
+      }
+    }
+  }
+  EXPECT_EQ(parse_kv_format("q5_0"), KvFormat::kINT5G32);
+  EXPECT_EQ(parse_kv_format("int5_g32_mse"), KvFormat::kINT5G32Mse);
+  EXPECT_EQ(kv_bytes_per_value(KvFormat::kINT5G32), 22.0 / 32.0);
+}
+
 TEST(KvFormats, GroupFormatsFollowTheirWrittenRule) {
   std::mt19937 rng(32);
   for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32}) {
