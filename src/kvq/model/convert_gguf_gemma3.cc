@@ -15,7 +15,7 @@ double f32_to_decimal(float value) { return std::stod(fmt::format("{}", value));
 // Gemma3TextConfig's defaults for what a gemma3 GGUF does not store.
 constexpr std::int64_t kSlidingWindowPattern = 6;
 constexpr double kRopeLocalTheta = 10000.0;
-constexpr double kQueryPreAttnScalar = 256.0;
+constexpr std::int64_t kQueryPreAttnScalar = 256;  // an int: transformers 5 validates the type
 
 }  // namespace
 
