@@ -1,11 +1,9 @@
-#!/ usr / bin / env python3
-""
-        "Interop: transformers (+ compressed-tensors) loads a checkpoint kvq saved, and runs it.
+#!/usr/bin/env python3
+"""Interop: transformers (+ compressed-tensors) loads a checkpoint kvq saved, and runs it.
 
-        The checkpoint is the tiny GQA Llama(tests / data / tiny_llama /
-                                             gqa) quantized by kvq with tests
-        / data / lifecycle / recipes / attn_fp8_head_static_minmax.yaml(q, k, v FP8 per head) and
-    calibrated on the fixed samples of tests / unit / lifecycle / interop_test.cc; that test writes it to
+The checkpoint is the tiny GQA Llama (tests/data/tiny_llama/gqa) quantized by kvq with
+tests/data/lifecycle/recipes/attn_fp8_head_static_minmax.yaml (q, k, v FP8 per head) and
+calibrated on the fixed samples of tests/unit/lifecycle/interop_test.cc; that test writes it to
 $KVQ_INTEROP_SAVE_DIR when the variable is set:
   KVQ_INTEROP_SAVE_DIR=/tmp/kvq_interop build/tests/test_unit_lifecycle --gtest_filter='Interop*'
   ${KVQ_REFVENV:-$HOME/.cache/kvq/refvenv}/bin/python tools/reference/check_checkpoint_interop.py /tmp/kvq_interop

@@ -1,21 +1,19 @@
-#!/ usr / bin / env python3
-""
-    "Checkpoint interop on the default model (SmolLM2-135M-Instruct), both directions.
+#!/usr/bin/env python3
+"""Checkpoint interop on the default model (SmolLM2-135M-Instruct), both directions.
 
-    (A)transformers(+compressed - tensors) loads a checkpoint kvq saved
-    : kvq's FP8 attn_head KV checkpoint(examples / recipes / kv_fp8_head.yaml,
-                                        16 GSM8K - train samples of <= 128 tokens) is made by the C
-      ++ model test InteropReal.TransformersLoadsKvqCheckpoint(tests / model / lifecycle /
-                                                               interop_real_test.cc),
-    which this script runs with KVQ_INTEROP_REAL_SAVE_DIR; transformers loads it (fp32, eager attention) and computes the
+(A) transformers (+ compressed-tensors) loads a checkpoint kvq saved: kvq's FP8 attn_head KV
+    checkpoint (examples/recipes/kv_fp8_head.yaml, 16 GSM8K-train samples of <= 128 tokens) is
+    made by the C++ model test InteropReal.TransformersLoadsKvqCheckpoint
+    (tests/model/lifecycle/interop_real_test.cc), which this script runs with
+    KVQ_INTEROP_REAL_SAVE_DIR; transformers loads it (fp32, eager attention) and computes the
     last-position logits of PROMPTS with compressed-tensors' kv fake quantization.
 (B) kvq loads checkpoints llm-compressor saved: `oneshot` with examples/recipes/kv_fp8_head.yaml
     and kv_fp8_tensor.yaml (kv-only: llm-compressor 0.14.0.1 never writes q_scale for attention
     config groups) on the fp32 model, calibration data GSM8K train rows 0..15 rendered as in
     make_calibration_goldens.py (chat template user/assistant, add_special_tokens=False) with
     max_length 128 — the same tokens kvq's unshuffled loader gives the model test — CPU, batch
-    size 1, pipeline "basic";
-model.save_pretrained + tokenizer.save_pretrained into WORK / lc_<recipe>; transformers loads each directory back and computes the same logits.
+    size 1, pipeline "basic"; model.save_pretrained + tokenizer.save_pretrained into
+    WORK/lc_<recipe>; transformers loads each directory back and computes the same logits.
 kvq's side of every case is measured by running the model tests with KVQ_INTEROP_REAL_DUMP_DIR
 (kvq's token ids and last-position logits, with the quantization and with it disabled; for (B)
 on the very directories llm-compressor wrote, KVQ_LC_REAL_CHECKPOINTS=WORK). The script checks
@@ -27,19 +25,15 @@ an FP8 code midpoint rounds either way depending on summation order; each flip p
 later layers). To show the size of that effect the script measures `reference_self_noise`:
 transformers against itself with the k_proj, v_proj and down_proj weights scaled by
 1 + 1e-7·N(0,1) (NOISE_SEEDS seeds, max per prompt). The pass criteria are: quantization off
-<= 1e-3 (TOLERANCE);
-FP8 k / v <= QUANTIZED_TOLERANCE(the order of the self - noise);
-scales equal;
-llm - compressor 's weights equal the source' s.
+<= 1e-3 (TOLERANCE); FP8 k/v <= QUANTIZED_TOLERANCE (the order of the self-noise); scales
+equal; llm-compressor's weights equal the source's.
 
-          Writes(atomically)
-    : tests
-          / data / lifecycle / interop_real.json versions,
-prompts(text + ids), per case
-    : scales(as stored in the file, and whether transformers registered exactly those),
-      measured logits max | diff | per prompt(quantized and quantization off),
-      reference_self_noise,
-      quantization_effect(transformers' quantized vs unquantized logits); (B) also llm-compressor's config.json verbatim, whether its
+Writes (atomically):
+  tests/data/lifecycle/interop_real.json
+      versions, prompts (text + ids), per case: scales (as stored in the file, and whether
+      transformers registered exactly those), measured logits max |diff| per prompt (quantized
+      and quantization off), reference_self_noise, quantization_effect (transformers' quantized
+      vs unquantized logits); (B) also llm-compressor's config.json verbatim, whether its
       model.safetensors holds the default model's tensors bit for bit plus exactly the k/v
       scales, and how far its k/v scales are from kvq's checkpoint's (same samples;
       informational).
@@ -80,7 +74,7 @@ DATA = REPO / "tests" / "data" / "lifecycle"
 OUT_JSON = DATA / "interop_real.json"
 OUT_ST = DATA / "interop_real.safetensors"
 HOME = Path(os.environ.get("KVQ_HOME", Path.home() / ".cache" / "kvq"))
-#The same texts as kPrompts in tests / model / lifecycle / interop_real_test.cc.
+# The same texts as kPrompts in tests/model/lifecycle/interop_real_test.cc.
 PROMPTS = [
     "Hello my name is",
     "The capital of France is",
@@ -147,16 +141,13 @@ def last_position(model, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tens
 def scales_of(path: Path) -> tuple[dict[str, list[float]], dict[str, torch.Tensor]]:
     from safetensors import safe_open
     f = safe_open(str(path / "model.safetensors"), "pt")
-    tensors = {
-k: f.get_tensor(k) for k in f.keys() if k.endswith(QPARAM_SUFFIXES)}
-    return {
-k: v.float().flatten().tolist() for k, v in tensors.items()}, tensors
+    tensors = {k: f.get_tensor(k) for k in f.keys() if k.endswith(QPARAM_SUFFIXES)}
+    return {k: v.float().flatten().tolist() for k, v in tensors.items()}, tensors
 
 
 def registered_equal(model, file_tensors: dict[str, torch.Tensor]) -> bool:
     """transformers registered exactly the file's q/k/v params (same names, dtype, values)."""
-    params = {
-n: p for n, p in model.named_parameters() if n.endswith(QPARAM_SUFFIXES)}
+    params = {n: p for n, p in model.named_parameters() if n.endswith(QPARAM_SUFFIXES)}
     return sorted(params) == sorted(file_tensors) and all(
         torch.equal(params[n].detach().to(file_tensors[n].dtype), file_tensors[n])
         for n in params)
@@ -203,18 +194,15 @@ def main() -> None:
         return m.eval()
 
     rec = {
-  "what": "checkpoint interop on the default model: transformers + compressed-tensors vs "
+        "what": "checkpoint interop on the default model: transformers + compressed-tensors vs "
                 "kvq fake-quant, last-position logits of 3 prompts",
         "generator": "tools/reference/check_checkpoint_interop_real.py",
-        "versions": {
-  p: importlib.metadata.version(p) for p in PACKAGES
-  },
+        "versions": {p: importlib.metadata.version(p) for p in PACKAGES},
         "python": platform.python_version(),
         "model": model_dir.name,
         "dtype": "float32",
         "attn_implementation": "eager",
-                "prompts": [{
-    "text" : t, "ids" : x} for t, x in zip(PROMPTS, ids)],
+                "prompts": [{"text": t, "ids": x} for t, x in zip(PROMPTS, ids)],
     }
     goldens: dict[str, torch.Tensor] = {}
     failures = []
@@ -227,17 +215,16 @@ def main() -> None:
         logits, hidden = last_position(m, ids)
         w = m.get_output_embeddings().weight.detach().double()
         out = {
-  "quantization_status"
-      : sorted({ str(getattr(l.self_attn, "quantization_status", None)) for l in m.model.layers }),
-        "scales_loaded_equal" : registered_equal(m, tensors),
-                                "scale_dtype"
-      : "/".join(sorted({ str(t.dtype).removeprefix("torch.") for t in tensors.values() })),
-                                "scale_shape" : (lambda s
-                                                 : list(next(iter(s))) if len (s) == 1 else None)(
-                                                    { tuple(t.shape) for t in tensors.values() }),
-                                                "scales" : scales,
-                                                           "hidden_to_logits_max_abs_error"
-      : float((hidden.double() @w.T - logits.double()).abs().max()),
+            "quantization_status": sorted({str(getattr(l.self_attn, "quantization_status", None))
+                                           for l in m.model.layers}),
+            "scales_loaded_equal": registered_equal(m, tensors),
+            "scale_dtype": "/".join(sorted({str(t.dtype).removeprefix("torch.")
+                                            for t in tensors.values()})),
+            "scale_shape": (lambda s: list(next(iter(s))) if len(s) == 1 else None)(
+                {tuple(t.shape) for t in tensors.values()}),
+            "scales": scales,
+            "hidden_to_logits_max_abs_error":
+                float((hidden.double() @ w.T - logits.double()).abs().max()),
         }
         m.apply(disable_quantization)
         plain, plain_hidden = last_position(m, ids)
@@ -247,7 +234,7 @@ def main() -> None:
         goldens[f"{case}.last_hidden"] = hidden.contiguous()
         if "unquantized.last_hidden" not in goldens:
             goldens["unquantized.last_hidden"] = plain_hidden.contiguous()
-#Same weights in every checkpoint : the same unquantized forward, bit for bit.
+        # Same weights in every checkpoint: the same unquantized forward, bit for bit.
         out["unquantized_equal_recorded"] = torch.equal(goldens["unquantized.last_hidden"],
                                                         plain_hidden)
         logits_of[case] = (logits, plain)
@@ -268,10 +255,9 @@ def main() -> None:
               and r["scale_dtype"] == "float32" and r["scale_shape"])
         if not ok:
             failures.append(f"{case}: " + json.dumps(
-                {
-k: v for k, v in r.items() if k not in ("config", "scales")}))
+                {k: v for k, v in r.items() if k not in ("config", "scales")}))
 
-#(A) kvq's checkpoint in transformers.
+    # (A) kvq's checkpoint in transformers.
     kvq_ckpt = work / "kvq_ckpt"
     run_tests(binary, "InteropReal.TransformersLoadsKvqCheckpoint",
               {"KVQ_INTEROP_REAL_SAVE_DIR": str(kvq_ckpt),
@@ -283,7 +269,7 @@ k: v for k, v in r.items() if k not in ("config", "scales")}))
     }
     measure("kvq_fp8_head", rec["kvq_checkpoint"])
 
-#(B) llm - compressor's checkpoints: oneshot, save, reload in transformers.
+    # (B) llm-compressor's checkpoints: oneshot, save, reload in transformers.
     rows = [json.loads(l) for l in open(args.gsm8k) if l.strip()][:NUM_SAMPLES]
     calib = []
     for r in rows:
@@ -327,7 +313,7 @@ k: v for k, v in r.items() if k not in ("config", "scales")}))
             **r,
         }
 
-#kvq on the directories llm - compressor wrote.
+    # kvq on the directories llm-compressor wrote.
     run_tests(binary, "InteropReal.KvqLoadsLlmCompressorCheckpoint*",
               {"KVQ_LC_REAL_CHECKPOINTS": str(work),
                "KVQ_INTEROP_REAL_DUMP_DIR": str(work / "dump")})
@@ -339,7 +325,7 @@ k: v for k, v in r.items() if k not in ("config", "scales")}))
     rec["failures"] = failures
     rec["pass"] = not failures
     write_atomic(OUT_JSON, lambda p: Path(p).write_text(json.dumps(rec, indent=1) + "\n"))
-#One metadata key : safetensors writes the metadata map in hash order.
+    # One metadata key: safetensors writes the metadata map in hash order.
     write_atomic(OUT_ST, lambda p: save_file(dict(sorted(goldens.items())), p, metadata={
         "info": json.dumps({"generator": rec["generator"], "versions": rec["versions"]})}))
     cases = [("kvq checkpoint (A)", rec["kvq_checkpoint"])] + [
@@ -353,7 +339,7 @@ k: v for k, v in r.items() if k not in ("config", "scales")}))
     print("wrote", OUT_JSON, OUT_ST)
     if failures:
         sys.exit("FAILED: " + "; ".join(failures))
-#As CI runs it : kvq 's checkpoint re-created, llm-compressor' s rebuilt from the goldens.
+    # As CI runs it: kvq's checkpoint re-created, llm-compressor's rebuilt from the goldens.
     run_tests(binary, "InteropReal.*", {})
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Checks that `kvq convert` output loads in transformers exactly like the GGUF itself does.
 
     /root/.cache/kvq/refvenv/bin/python tools/reference/check_convert_interop.py \
@@ -41,14 +41,14 @@ TOLERANCE = 1e-4
 
 PROMPTS = [
     "The capital of France is",
-#digits next to spaces and letters : the smollm pre - tokenizer splits every digit on its own
+    # digits next to spaces and letters: the smollm pre-tokenizer splits every digit on its own
     "In 2024, 3 cats ate 12 fish at 10:45pm; 1+1=2 and x2y3 costs $19.99.",
-#non - ASCII letters, Unicode digits(superscript, Arabic - Indic, mathematical), tabs, newlines
+    # non-ASCII letters, Unicode digits (superscript, Arabic-Indic, mathematical), tabs, newlines
     "Héllo wörld — naïve café ½ ² ٣٤ 𝟘𝟙!\n\tdef f(x):\n\t\treturn x**2  # ok",
 ]
 
-#llama.cpp's pre-tokenizer for tokenizer.ggml.pre = "smollm" (LLAMA_VOCAB_PRE_TYPE_SMOLLM in
-#llama - vocab.cpp) : first every \p{N } character is its own piece, then the GPT - 2 regex.
+# llama.cpp's pre-tokenizer for tokenizer.ggml.pre = "smollm" (LLAMA_VOCAB_PRE_TYPE_SMOLLM in
+# llama-vocab.cpp): first every \p{N} character is its own piece, then the GPT-2 regex.
 LLAMA_CPP_SMOLLM_REGEXES = [
     r"\p{N}",
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
@@ -131,7 +131,7 @@ def main():
     if config_diffs:
         failures.append(f"config differs: {config_diffs}")
 
-#Weights : every tensor bit - identical(both sides dequantize with the same fp32 math).
+    # Weights: every tensor bit-identical (both sides dequantize with the same fp32 math).
     ref_state = ref.state_dict()
     weight_max_diff = 0.0
     for name, t in ours.state_dict().items():
@@ -149,21 +149,16 @@ def main():
             lo = ours(x).logits[0]
             lr = ref(x).logits[0]
         diff = (lo - lr).abs().max().item()
-#The authority is llama.cpp 's tokenization of the GGUF. transformers' GGUF tokenizer
-#converter drops the smollm digit split(plain ByteLevel), so it differs where a
-#non - ASCII \p{N } character(½, ², ٣) follows a space; that is recorded, not a failure.
+        # The authority is llama.cpp's tokenization of the GGUF. transformers' GGUF tokenizer
+        # converter drops the smollm digit split (plain ByteLevel), so it differs where a
+        # non-ASCII \p{N} character (½, ², ٣) follows a space; that is recorded, not a failure.
         ok = ids_ours == ids_raw == ids_llama and diff <= TOLERANCE
-        results.append({
-  "prompt" : prompt,
-             "num_tokens" : len(ids_ours),
-                            "ids"
-      : ids_ours,
-        "ids_equal_llama_cpp_semantics" : ids_ours == ids_llama,
-        "ids_equal_transformers_gguf" : ids_ours == ids_ref,
-        "transformers_gguf_ids" : None if ids_ours == ids_ref else ids_ref,
-        "ids_equal_tokenizers_library" : ids_ours == ids_raw,
-        "logits_max_abs_diff" : diff,
-                                "pass" : ok})
+        results.append({"prompt": prompt, "num_tokens": len(ids_ours), "ids": ids_ours,
+                        "ids_equal_llama_cpp_semantics": ids_ours == ids_llama,
+                        "ids_equal_transformers_gguf": ids_ours == ids_ref,
+                        "transformers_gguf_ids": None if ids_ours == ids_ref else ids_ref,
+                        "ids_equal_tokenizers_library": ids_ours == ids_raw,
+                        "logits_max_abs_diff": diff, "pass": ok})
         if not ok:
             failures.append(f"prompt {prompt!r}: ids ours={ids_ours} llama.cpp={ids_llama} "
                             f"gguf={ids_ref} raw={ids_raw} "
@@ -172,7 +167,7 @@ def main():
               f"= tokenizers: {ids_ours == ids_raw}, = transformers-gguf: {ids_ours == ids_ref}, "
               f"logits max |diff| {diff:.3e}  {prompt[:40]!r}")
 
-#Decoding round - trips and the chat template is carried over.
+    # Decoding round-trips and the chat template is carried over.
     for prompt in PROMPTS:
         dec = ours_tok.decode(ours_tok(prompt)["input_ids"])
         if dec != prompt:

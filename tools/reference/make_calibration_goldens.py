@@ -1,10 +1,8 @@
-#!/ usr / bin / env python3
-""
-    "Calibration goldens: llm-compressor `oneshot` q/k/v scales on the default model.
+#!/usr/bin/env python3
+"""Calibration goldens: llm-compressor `oneshot` q/k/v scales on the default model.
 
-    Reference : llmcompressor 0.14.0.1 +
-                compressed - tensors 0.19.0(versions recorded in the golden),
-    CPU, fp32, batch size 1, pipeline = "basic".oneshot would infer the "sequential" pipeline; both
+Reference: llmcompressor 0.14.0.1 + compressed-tensors 0.19.0 (versions recorded in the golden),
+CPU, fp32, batch size 1, pipeline="basic". oneshot would infer the "sequential" pipeline; both
 run calibration under DisableQuantization and compute qparams from the accumulated observer
 statistics at the epoch end, so for attention/kv-only recipes they give the same scales — the
 sequential one is ~60x slower on CPU (each decoder layer is traced and replayed per sample).

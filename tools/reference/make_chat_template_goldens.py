@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Writes tests/data/tokenizer/chat_template_goldens.json: each chat template of
 tests/data/tokenizer/chat_templates/ rendered by transformers' own Jinja rendering
 (transformers.utils.chat_template_utils.render_jinja_template, the function
@@ -32,7 +32,7 @@ OUT = ROOT / "tests" / "data" / "tokenizer" / "chat_template_goldens.json"
 
 NOW = datetime(2025, 3, 7, 12, 0, 0)
 
-#file->special tokens of the family's tokenizer (None: the tokenizer has none).
+# file -> special tokens of the family's tokenizer (None: the tokenizer has none).
 FAMILIES = {
     "meta-llama-Llama-3.1-8B-Instruct.jinja": ("<|begin_of_text|>", "<|eot_id|>"),
     "meta-llama-Llama-3.2-3B-Instruct.jinja": ("<|begin_of_text|>", "<|eot_id|>"),
@@ -62,7 +62,7 @@ def s(c):
 UNICODE = "\u3000\xa0 Grüße — 数学 🙂 naïve\nline two\t \n"
 THINK = "<think>\nLet me add.\n12 + 30 = 42\n</think>\n\nThe answer is 42."
 
-#(name, messages, add_generation_prompt, date_string or None)
+# (name, messages, add_generation_prompt, date_string or None)
 CASES = [
     ("user_gen", [u("What is 12 + 30?")], True, None),
     ("user_nogen", [u("What is 12 + 30?")], False, None),

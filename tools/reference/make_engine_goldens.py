@@ -1,17 +1,11 @@
-#!/ usr / bin / env python3
-""
-    "Inference-engine goldens for the real default model (SmolLM2-135M-Instruct, Q4_1 GGUF).
+#!/usr/bin/env python3
+"""Inference-engine goldens for the real default model (SmolLM2-135M-Instruct, Q4_1 GGUF).
 
-    Reference : transformers loading the GGUF
-                directly(it dequantizes every tensor and un - permutes the q / k rows),
-                LlamaForCausalLM with attn_implementation = "eager",
-                                      fp32,
-                                      CPU,
-                                      one thread.
+Reference: transformers loading the GGUF directly (it dequantizes every tensor and un-permutes
+the q/k rows), LlamaForCausalLM with attn_implementation="eager", fp32, CPU, one thread.
 
-                                          Writes(atomically)
-    : tests / data / engine / smollm2_golden.safetensors see TENSOR_DOC
-                                          / PPL_DEFINITION below; the
+Writes (atomically):
+  tests/data/engine/smollm2_golden.safetensors   see TENSOR_DOC / PPL_DEFINITION below; the
                                                  metadata repeats both, plus versions, prompts
                                                  and the pitfall checks
   tests/data/engine/named_modules.json           [name, class, MRO up to torch.nn.Module] for
@@ -97,9 +91,8 @@ PPL_DEFINITION = (
 
 
 def versions() -> dict[str, str]:
-    return {
-p: importlib.metadata.version(p) for p in PACKAGES
-}
+    return {p: importlib.metadata.version(p) for p in PACKAGES}
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,8 +107,7 @@ def atomic_save_safetensors(path: Path, tensors: dict, metadata: dict[str, str])
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
-    save_file({
-k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
     os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
 
@@ -217,7 +209,7 @@ def run_prompt(model, ids: list[int], sel_ids: torch.Tensor, want_kv: bool):
     res["decode_max_logit"] = torch.stack(mx)
     res["decode_chosen_logit"] = torch.stack(chosen)
     res["decode_second_logit"] = torch.stack(second)
-#Cross - check the cached decode against one full forward of prompt + greedy tokens.
+    # Cross-check the cached decode against one full forward of prompt + greedy tokens.
     full = torch.tensor([ids + toks])
     ref = model(input_ids=full, use_cache=False).logits[0, S - 1 :].float()  # [33, vocab]
     diff_prefill = float((ref[0] - res["prefill_last_logits"]).abs().max())
@@ -274,7 +266,7 @@ def main() -> int:
         "qk_unpermute": check_qk_unpermute(model, Path(args.model_dir) / args.gguf),
     }
 
-#named_modules.json
+    # named_modules.json
     nm = [[n, type(m).__name__, mro_names(type(m))] for n, m in model.named_modules()]
     atomic_write_bytes(
         out_dir / "named_modules.json",
@@ -282,7 +274,7 @@ def main() -> int:
     )
     log(f"named_modules.json: {len(nm)} modules")
 
-#Tokenizer : the digit pre - tokenizer pitfall.
+    # Tokenizer: the digit pre-tokenizer pitfall.
     smol = smollm_tokenizer(tok)
     probe = "In 2024, 12345 apples"
     checks["tokenizer_probe"] = {
@@ -312,7 +304,7 @@ def main() -> int:
         prompt_meta.append({"text": text, "ids": ids, "greedy_text": gen_text})
         log(f"prompt {p}: S={len(ids)} checks={c} greedy={gen_text!r}")
 
-#Perplexity.
+    # Perplexity.
     with open(args.wikitext, encoding="utf-8", newline="") as f:
         text = f.read()
     assert "\r\n" in text

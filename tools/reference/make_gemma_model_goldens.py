@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Engine goldens for gemma-3-270m (base, Q4_K_M GGUF from scripts/fetch-model.sh --gemma).
 
 Reference: transformers loading the GGUF directly (it dequantizes every tensor and subtracts 1
@@ -47,7 +47,8 @@ def main():
     ap.add_argument("--gguf", type=Path, default=KVQ_HOME / "gemma-3-270m-q4_k_m.gguf")
     ap.add_argument("--wikitext", type=Path,
                     default=ROOT.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw")
-    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "engine" / "gemma3_golden.json")
+    ap.add_argument("--out", type=Path,
+                    default=ROOT / "tests" / "data" / "engine" / "gemma3_golden.json")
     args = ap.parse_args()
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d:

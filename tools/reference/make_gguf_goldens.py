@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Writes the GGUF reader/dequantization goldens into tests/data/io_gguf/.
 
 Run with the reference venv (gguf from PyPI):
@@ -31,8 +31,8 @@ OUT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "io_gguf"
 ROWS, COLS = 3, 512  # 3 rows of 2 super-blocks (or 16 legacy blocks)
 TYPES = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
 
-#Byte offsets of the fp16 scales inside each block(they must be finite for a meaningful test;
-#every other byte is uniformly random).
+# Byte offsets of the fp16 scales inside each block (they must be finite for a meaningful test;
+# every other byte is uniformly random).
 FP16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
@@ -46,7 +46,7 @@ def random_blocks(rng, qtype):
     if qtype == T.F16:
         return rng.standard_normal((ROWS, COLS)).astype(np.float16)
     if qtype == T.BF16:
-#Random bf16 bit patterns, NaN and inf excluded.
+        # Random bf16 bit patterns, NaN and inf excluded.
         bits = rng.integers(0, 1 << 16, size=(ROWS, COLS), dtype=np.uint16)
         bits[(bits & 0x7F80) == 0x7F80] &= 0xBFFF
         return bits.view(np.uint8).reshape(ROWS, COLS * 2)
@@ -110,16 +110,13 @@ def main():
     w.write_tensors_to_file()
     w.close()
 
-#Read back with gguf - py so the expected metadata is what its reader sees.
+    # Read back with gguf-py so the expected metadata is what its reader sees.
     r = gguf.GGUFReader(str(path))
     versions = {"gguf": getattr(gguf, "__version__", None) or _dist_version("gguf"),
                 "numpy": np.__version__, "safetensors": safetensors.__version__,
                 "python": sys.version.split()[0]}
-    meta_out = {
-  "versions" : versions,
-               "gguf_version" : int(r.fields["GGUF.version"].parts[-1][0]),
-                                "metadata" : {},
-                                             "tensors" : {}}
+    meta_out = {"versions": versions, "gguf_version": int(r.fields["GGUF.version"].parts[-1][0]),
+                "metadata": {}, "tensors": {}}
     for key, field in r.fields.items():
         if key.startswith("GGUF."):
             continue

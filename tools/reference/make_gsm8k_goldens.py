@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Writes the GSM8K goldens (tests/data/eval/) with lm-eval's own task, filter and metric code.
 
 Reference: lm-eval's `gsm8k` task (lm_eval/tasks/gsm8k/gsm8k.yaml) loaded through
@@ -178,8 +178,7 @@ def build_prompts(task, tokenizer, n_prompts, n_indices):
     task.build_all_requests(limit=n_indices, apply_chat_template=True, fewshot_as_multiturn=True,
                             chat_template=chat_template, tokenizer_name="smollm2")
     insts = sorted(task.instances, key=lambda x: x.doc_id)
-    prompts = [{
-  "doc_id" : x.doc_id, "prompt" : x.arguments[0]} for x in insts[:n_prompts]]
+    prompts = [{"doc_id": x.doc_id, "prompt": x.arguments[0]} for x in insts[:n_prompts]]
     gen_kwargs = insts[0].arguments[1]
     return prompts, drawn, gen_kwargs, [x.arguments[0] for x in insts]
 

@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Interop: a checkpoint SAVED BY llm-compressor, for kvq to load (tiny GQA Llama, kv-only FP8).
 
 llm-compressor 0.14.0.1 `oneshot` with examples/recipes/kv_fp8_head.yaml (kv_cache_scheme FP8
@@ -77,7 +77,7 @@ def main() -> None:
             num_calibration_samples=len(CALIB_SAMPLES), shuffle_calibration_samples=False,
             batch_size=1, pipeline="basic")
 
-#save_pretrained into a temp dir next to the target, then swap it in(atomic per dir).
+    # save_pretrained into a temp dir next to the target, then swap it in (atomic per dir).
     tmp = Path(tempfile.mkdtemp(dir=DATA, prefix=".lc_tiny."))
     model.save_pretrained(str(tmp))
     if CKPT.exists():
@@ -87,10 +87,10 @@ def main() -> None:
     for f in CKPT.iterdir():
         os.chmod(f, 0o644)
 
-#What transformers + compressed - tensors make of the saved directory.
-#compressed - tensors ' hooked attention (registered for R3' s q_attn) looks its wrapped
-#implementation up in ALL_ATTENTION_FUNCTIONS, which has no "eager" : such a checkpoint only
-#runs with sdpa(recorded as attn_implementation).
+    # What transformers + compressed-tensors make of the saved directory.
+    # compressed-tensors' hooked attention (registered for R3's q_attn) looks its wrapped
+    # implementation up in ALL_ATTENTION_FUNCTIONS, which has no "eager": such a checkpoint only
+    # runs with sdpa (recorded as attn_implementation).
     attn = "sdpa" if "q_attn" in (CKPT / "config.json").read_text() else "eager"
     loaded = AutoModelForCausalLM.from_pretrained(str(CKPT), dtype=torch.float32,
                                                   attn_implementation=attn)
@@ -102,8 +102,8 @@ def main() -> None:
     for i, layer in enumerate(loaded.model.layers):
         a = layer.self_attn
         statuses.add(str(getattr(a, "quantization_status", None)))
-#kv - only recipes : no q_scale in the file.(With an R3 transform, compressed - tensors
-#nevertheless registers an uninitialised q_scale on load : recorded below.)
+        # kv-only recipes: no q_scale in the file. (With an R3 transform, compressed-tensors
+        # nevertheless registers an uninitialised q_scale on load: recorded below.)
         q_scale_registered = getattr(a, "q_scale", None) is not None
         for b in ("k", "v"):
             name = f"model.layers.{i}.self_attn.{b}_scale"
@@ -111,24 +111,22 @@ def main() -> None:
             if p is None or not torch.equal(p.detach().float(), f.get_tensor(name).float()):
                 equal = False
             scales[name] = p.detach().float().flatten().tolist()
-#kv - only : llm - compressor must leave the weights alone(bf16 of the tiny model's fp32 ones).
+    # kv-only: llm-compressor must leave the weights alone (bf16 of the tiny model's fp32 ones).
     src = safe_open(str(TINY / "model.safetensors"), "pt")
     weights_equal = sorted(src.keys()) == sorted(k for k in f.keys() if k not in scales) and all(
         torch.equal(src.get_tensor(k).to(torch.bfloat16), f.get_tensor(k)) for k in src.keys())
     with torch.no_grad():
         logits = loaded(torch.tensor([PROMPT])).logits[0].float()
-#The same forward without compressed - tensors' kv fake quantization: shows how far the
-#quantization moves the logits(a kvq forward that skipped it would be this far off).
+        # The same forward without compressed-tensors' kv fake quantization: shows how far the
+        # quantization moves the logits (a kvq forward that skipped it would be this far off).
         from compressed_tensors.quantization import disable_quantization
         loaded.apply(disable_quantization)
         plain = loaded(torch.tensor([PROMPT])).logits[0].float()
     rec = {
-  "what" : "transformers + compressed-tensors loading a checkpoint llm-compressor oneshot " f
-           "saved (tiny GQA Llama, bf16, examples/recipes/{NAME}.yaml)",
-           "generator" : "tools/reference/make_lc_tiny_checkpoint.py",
-                         "versions" : {
-  p: importlib.metadata.version(p) for p in PACKAGES
-  },
+        "what": "transformers + compressed-tensors loading a checkpoint llm-compressor oneshot "
+                f"saved (tiny GQA Llama, bf16, examples/recipes/{NAME}.yaml)",
+        "generator": "tools/reference/make_lc_tiny_checkpoint.py",
+        "versions": {p: importlib.metadata.version(p) for p in PACKAGES},
         "calibration_samples": CALIB_SAMPLES,
         "load_dtype": "float32",
         "attn_implementation": loaded.config._attn_implementation,

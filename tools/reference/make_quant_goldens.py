@@ -1,57 +1,53 @@
-#!/ usr / bin / env python3
-""
-    "Goldens for kvq's quantization core (src/kvq/quant), from the real reference.
+#!/usr/bin/env python3
+"""Goldens for kvq's quantization core (src/kvq/quant), from the real reference.
 
-    Runs compressed -
-    tensors / llm -
-    compressor(the versions installed in the reference venv) on
-        deterministic inputs and writes tests
-        / data / quant / : config_goldens.json preset dumps,
-    seed kv scheme dumps, config.json dumps,
-    error messages codec_goldens.json E4M3 / E5M2
-            / E2M1 tables from torch(all codes, midpoints, edges) math_goldens.safetensors
-        + math_goldens.json qparams / fake -
-        quant
-            / observer cases Usage : / root /.cache / kvq / refvenv / bin / python tools / reference
-                                     /
-                                     make_quant_goldens
-                                         .py
-                                     ""
-                                     "
-                                     import copy import json import os import sys
+Runs compressed-tensors / llm-compressor (the versions installed in the reference venv) on
+deterministic inputs and writes tests/data/quant/:
+  config_goldens.json   preset dumps, seed kv scheme dumps, config.json dumps, error messages
+  codec_goldens.json    E4M3 / E5M2 / E2M1 tables from torch (all codes, midpoints, edges)
+  math_goldens.safetensors + math_goldens.json   qparams / fake-quant / observer cases
+Usage: /root/.cache/kvq/refvenv/bin/python tools/reference/make_quant_goldens.py
+"""
+import copy
+import json
+import os
+import sys
 
-                                     import numpy as np import torch
+import numpy as np
+import torch
 
-                                     import compressed_tensors import llmcompressor from
-                                     compressed_tensors
-                                         .quantization
-                                     import(QuantizationArgs, QuantizationConfig,
-                                            QuantizationScheme,
-                                            preset_name_to_scheme, ) from compressed_tensors
-                                         .quantization.quant_scheme import PRESET_SCHEMES
+import compressed_tensors
+import llmcompressor
+from compressed_tensors.quantization import (
+    QuantizationArgs,
+    QuantizationConfig,
+    QuantizationScheme,
+    preset_name_to_scheme,
+)
+from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
 
-                                     OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                        "..", "..", "tests", "data",
-                                                        "quant") VERSIONS = {
-      "compressed_tensors" : compressed_tensors.__version__,
-      "llmcompressor" : llmcompressor.__version__,
-      "torch" : torch.__version__,
-      "python" : sys.version.split()[0],
-    }
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "quant")
+VERSIONS = {
+    "compressed_tensors": compressed_tensors.__version__,
+    "llmcompressor": llmcompressor.__version__,
+    "torch": torch.__version__,
+    "python": sys.version.split()[0],
+}
 
-    def error_text(fn)
-    : ""
-      "The reference's own message (inside pydantic's wrapper) and the exception class."
-      "" try : fn() except Exception as e:  # noqa: BLE001
+
+def error_text(fn):
+    """The reference's own message (inside pydantic's wrapper) and the exception class."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
         errs = getattr(e, "errors", None)
         if callable(errs):
             first = e.errors()[0]
             ctx = first.get("ctx", {})
             msg = str(ctx["error"]) if "error" in ctx else first["msg"]
             return {"kind": "validation", "type": first["type"], "loc": [str(x) for x in first["loc"]],
-                    "msg": msg, "full": str(e)
-  }
-return { "kind" : type(e).__name__, "msg" : str(e.args[0]) if e.args else str(e), "full" : str(e) }
+                    "msg": msg, "full": str(e)}
+        return {"kind": type(e).__name__, "msg": str(e.args[0]) if e.args else str(e), "full": str(e)}
     return None
 
 
@@ -129,11 +125,9 @@ def config_goldens():
     valid = []
     for a in VALID_ARGS:
         valid.append({"input": a, "dump": json.dumps(QuantizationArgs(**copy.deepcopy(a)).model_dump(mode="json"))})
-    invalid = [{
-  "input" : a, "error" : error_text(lambda a = a : QuantizationArgs(**copy.deepcopy(a)))}
+    invalid = [{"input": a, "error": error_text(lambda a=a: QuantizationArgs(**copy.deepcopy(a)))}
                for a in INVALID_ARGS]
-    invalid_schemes = [{
-  "input" : s, "error" : error_text(lambda s = s : QuantizationScheme(**copy.deepcopy(s)))}
+    invalid_schemes = [{"input": s, "error": error_text(lambda s=s: QuantizationScheme(**copy.deepcopy(s)))}
                        for s in INVALID_SCHEMES]
     configs = []
     cfg_inputs = [
@@ -163,7 +157,7 @@ def config_goldens():
               {"config_groups": {}, "quantization_status": "thawed"},
               {"config_groups": {}, "kv_cache_scheme": {"strategy": "token"}}]:
         invalid_configs.append({"input": c, "error": error_text(lambda c=c: QuantizationConfig(**copy.deepcopy(c)))})
-#llm - compressor recipes->resolved QuantizationConfig
+    # llm-compressor recipes -> resolved QuantizationConfig
     from llmcompressor.recipe import Recipe
     recipes = []
     recipe_texts = [

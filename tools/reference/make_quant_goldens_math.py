@@ -34,7 +34,7 @@ class Blob:
 
 def make_input(gen, shape, dtype, kind):
     x = torch.randn(shape, generator=gen) * 2.0
-#per - head spread so attn_head scales differ; a few outliers; exact zeros and ties
+    # per-head spread so attn_head scales differ; a few outliers; exact zeros and ties
     h = shape[1]
     x = x * torch.linspace(0.25, 3.0, h).view(1, h, 1, 1)
     if kind % 2 == 1:
@@ -86,8 +86,8 @@ def write(out_dir, versions):
                         qp = snap.get_qparams()
                         step = {"min_vals": blob.add(obs.min_vals), "max_vals": blob.add(obs.max_vals),
                                 "scale": blob.add(qp["scale"]), "zero_point": blob.add(qp["zero_point"])}
-#Outputs only where they add coverage(keeps the golden ~3 MB) : the
-#last batch of minmax cases; the big[1, 9, 37, 64] input for 4 types.
+                        # Outputs only where they add coverage (keeps the golden ~3 MB): the
+                        # last batch of minmax cases; the big [1,9,37,64] input for 4 types.
                         big = h == "9" and s == "37"
                         if (b == len(xs) - 1 and obs_name == "minmax"
                                 and (not big or tname in ("int8_asym", "int4_sym", "fp8", "fp4"))):
@@ -99,7 +99,7 @@ def write(out_dir, versions):
                     cases.append({"kind": "observer", "name": f"{key}_{strategy}_{tname}_{obs_name}",
                                   "args": args.model_dump(mode="json"), "base_name": base,
                                   "inputs": inputs[key], "steps": steps})
-#spec §2.8 golden vectors
+    # spec §2.8 golden vectors
     x = torch.arange(24, dtype=torch.bfloat16).reshape(1, 2, 3, 4)
     for strategy in ("tensor", "attn_head"):
         args = QuantizationArgs(num_bits=4, type="int", symmetric=True, strategy=strategy)
@@ -119,7 +119,7 @@ def write(out_dir, versions):
                   "x": blob.add(v), "min_vals": blob.add(v.min()), "max_vals": blob.add(v.max()),
                   "scale": blob.add(sc), "zero_point": blob.add(zp),
                   "fake_quant": blob.add(fake_quantize(v, sc, zp, args))})
-#dynamic activation strategies(token / tensor / group / tensor_group with global scale)
+    # dynamic activation strategies (token / tensor / group / tensor_group with global scale)
     dyn = [
         ("token_int8", dict(num_bits=8, type="int", strategy="token", dynamic=True), (1, 37, 192)),
         ("token_fp8", dict(num_bits=8, type="float", strategy="token", dynamic=True), (2, 5, 64)),
@@ -146,7 +146,7 @@ def write(out_dir, versions):
             q = quantize(x, sc, zp, args, global_scale=gs)
             entry["dequantized"] = blob.add(dequantize(q, sc, zp, args, global_scale=gs))
             cases.append(entry)
-#weight observers(channel / group / block / tensor_group)
+    # weight observers (channel / group / block / tensor_group)
     wcases = [
         ("channel_int8", dict(num_bits=8, type="int", strategy="channel")),
         ("group_int4_asym", dict(num_bits=4, type="int", strategy="group", group_size=32, symmetric=False)),
@@ -172,7 +172,7 @@ def write(out_dir, versions):
             if gs is not None:
                 entry["global_scale"] = blob.add(gs)
             cases.append(entry)
-#gzip halves the blob(3.8->1.9 MB); mtime = 0 keeps the file reproducible.
+    # gzip halves the blob (3.8 -> 1.9 MB); mtime=0 keeps the file reproducible.
     with open(os.path.join(out_dir, "math_goldens.bin.gz"), "wb") as f:
         with gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0, compresslevel=9) as gz:
             gz.write(bytes(blob.data))

@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Writes tests/data/io/reference.safetensors with the real `safetensors` package.
 
 Run with the reference venv:
@@ -58,8 +58,8 @@ def generate():
                 f"numpy {numpy.__version__}")
     ts = tensors()
     path = OUT / "reference.safetensors"
-#One metadata key : the Rust writer serialises __metadata__ from a hash map, so with several
-#keys their order(and the file's bytes) would not be reproducible.
+    # One metadata key: the Rust writer serialises __metadata__ from a hash map, so with several
+    # keys their order (and the file's bytes) would not be reproducible.
     save_file(ts, str(path), metadata={"generator": versions})
     expected = {
         "generator": versions,

@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Deterministic tiny random models of every architecture kvq runs besides the tiny Llamas, and
 their reference forward goldens (the same layout as tests/data/tiny_llama, see
 make_tiny_llama.py's GOLDEN_DOC, so one parameterised test reads both).
@@ -140,8 +140,7 @@ VARIANTS = {
         prompts=(9, 20),
         norm_one=0.0,  # Gemma's norms compute (1 + w): weights are 0 + 0.1 N(0, 1)
         config=dict(
-            {
-k: v for k, v in COMMON.items() if k != "hidden_act"},
+            {k: v for k, v in COMMON.items() if k != "hidden_act"},
             hidden_size=48,  # sqrt(48) is not a bf16 value: the normalizer's cast shows
             num_hidden_layers=3,
             intermediate_size=64,
@@ -364,13 +363,13 @@ def make_variant(name: str, spec: dict) -> None:
         golden["batch.input_ids"] = batch.to(torch.int32)
         golden["batch.logits"] = bl
 
-#What the window changes : the longest prompt without it(so a forward ignoring the
-#window cannot pass the test).
+        # What the window changes: the longest prompt without it (so a forward ignoring the
+        # window cannot pass the test).
         if any(w is not None for w in windows):
             full_cfg = model_cls.config_class.from_pretrained(out_dir)
             if model_cls is Gemma3ForCausalLM:
-#Gemma builds a sliding mask whenever a layer is "sliding_attention"(and each
-#layer type has its own RoPE) : the window made longer than any prompt instead.
+                # Gemma builds a sliding mask whenever a layer is "sliding_attention" (and each
+                # layer type has its own RoPE): the window made longer than any prompt instead.
                 full_cfg.sliding_window = 1 << 20
             else:
                 full_cfg.sliding_window = None

@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Deterministic tiny random Llama checkpoints and their reference forward goldens.
 
 Writes, for each variant in VARIANTS, the directory tests/data/tiny_llama/<variant>/ with
@@ -32,9 +32,10 @@ REPO = Path(__file__).resolve().parents[2]
 OUT_ROOT = REPO / "tests" / "data" / "tiny_llama"
 
 PACKAGES = ["torch", "transformers", "safetensors", "numpy"]
-#Common architecture fields; rope is given in the classic(transformers 4.x / Hub) spelling
+
+# Common architecture fields; rope is given in the classic (transformers 4.x / Hub) spelling
 # `rope_theta` + `rope_scaling`, which is what real checkpoints carry; transformers 5 reads it
-#into `rope_parameters` and writes both spellings back(see write_config).
+# into `rope_parameters` and writes both spellings back (see write_config).
 VARIANTS = {
     "gqa": dict(
         seed=1234,
@@ -82,8 +83,8 @@ PROMPT_LENGTHS = (7, 13)
 DECODE_STEPS = 8
 BATCH_LEN = 7
 
-#Standard deviations of the random init(chosen so attention is far from uniform and logits
-#have a spread of a few units, without saturating anything).
+# Standard deviations of the random init (chosen so attention is far from uniform and logits
+# have a spread of a few units, without saturating anything).
 STD_EMBED = 0.5
 STD_QK = 0.12
 STD_LINEAR = 0.08
@@ -113,9 +114,8 @@ GOLDEN_DOC = {
 
 
 def versions() -> dict[str, str]:
-    return {
-p: importlib.metadata.version(p) for p in PACKAGES
-}
+    return {p: importlib.metadata.version(p) for p in PACKAGES}
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +130,7 @@ def atomic_save_safetensors(path: Path, tensors: dict, metadata: dict[str, str])
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
-    save_file({
-k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
     os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
 
@@ -191,8 +190,8 @@ def named_modules_list(model: torch.nn.Module) -> list:
 
 def write_config(model: LlamaForCausalLM, spec: dict, out_dir: Path) -> None:
     cfg = model.config.to_dict()
-#Write the classic spellings too, so a loader written against Hub checkpoints(which carry
-#rope_theta / rope_scaling) and one written against transformers 5(rope_parameters)agree.
+    # Write the classic spellings too, so a loader written against Hub checkpoints (which carry
+    # rope_theta / rope_scaling) and one written against transformers 5 (rope_parameters) agree.
     cfg["rope_theta"] = spec["rope_theta"]
     cfg["rope_scaling"] = spec["rope_scaling"]
     cfg["architectures"] = ["LlamaForCausalLM"]
@@ -259,8 +258,8 @@ def make_variant(name: str, spec: dict) -> None:
     nm = "[\n" + ",\n".join(json.dumps(e) for e in named_modules_list(model)) + "\n]\n"
     atomic_write_bytes(out_dir / "named_modules.json", nm.encode())
 
-#Reload from disk and run the reference on the reloaded model, so the golden is exactly a
-#function of the files written(and the config round trip is exercised).
+    # Reload from disk and run the reference on the reloaded model, so the golden is exactly a
+    # function of the files written (and the config round trip is exercised).
     model = LlamaForCausalLM.from_pretrained(out_dir, attn_implementation="eager", dtype=torch.float32)
     model.eval()
 
@@ -278,14 +277,14 @@ def make_variant(name: str, spec: dict) -> None:
             cache = out.past_key_values
             golden[f"prompt{p}.input_ids"] = ids.to(torch.int32)
             golden[f"prompt{p}.prefill_logits"] = out.logits[0].float()
-#post - RoPE K / V of every layer and Q of layer 0(tiny, so for both prompts)
+            # post-RoPE K/V of every layer and Q of layer 0 (tiny, so for both prompts)
             L = config.num_hidden_layers
             assert len(cap.calls) == L
             for l in range(L):
                 k = cache.layers[l].keys
                 v = cache.layers[l].values
                 assert k.shape == (1, config.num_key_value_heads, ids.numel(), config.head_dim)
-#the captured post - RoPE key of this layer must be what the cache holds
+                # the captured post-RoPE key of this layer must be what the cache holds
                 assert torch.equal(cap.calls[l][1], k)
                 golden[f"prompt{p}.layer{l}.key"] = k.float().clone()
                 golden[f"prompt{p}.layer{l}.value"] = v.float().clone()
@@ -295,7 +294,7 @@ def make_variant(name: str, spec: dict) -> None:
             assert diff < 1e-5, diff
             notes[f"prompt{p}.query_recompute_maxdiff"] = f"{diff:.3e}"
             golden[f"prompt{p}.layer0.query"] = q0.float().clone()
-#greedy decode with the cache
+            # greedy decode with the cache
             tok = out.logits[0, -1].argmax()
             toks, logits = [], []
             pos = ids.numel()
@@ -313,7 +312,7 @@ def make_variant(name: str, spec: dict) -> None:
                 pos += 1
             golden[f"prompt{p}.decode_tokens"] = torch.stack(toks).to(torch.int32)
             golden[f"prompt{p}.decode_logits"] = torch.stack(logits)
-#cross - check : decoding with the cache must match a fresh full forward
+            # cross-check: decoding with the cache must match a fresh full forward
             full = torch.cat([ids, golden[f"prompt{p}.decode_tokens"]]).unsqueeze(0)
             ref = model(input_ids=full, use_cache=False).logits[0, ids.numel() :]
             d = (ref - golden[f"prompt{p}.decode_logits"]).abs().max().item()

@@ -1,43 +1,27 @@
-#!/ usr / bin / env python3
-""
-    "Writes the tokenizer goldens (tests/data/tokenizer/) from the real Hugging Face tokenizer.
+#!/usr/bin/env python3
+"""Writes the tokenizer goldens (tests/data/tokenizer/) from the real Hugging Face tokenizer.
 
-    Reference
-    : SmolLM2 -
-      135M -
-      Instruct's tokenizer as transformers builds it from the GGUF (`AutoTokenizer.from_pretrained(
-          dir, gguf_file = ...)`),
-    with ONE correction : transformers' GGUF converter gives it a plain `ByteLevel` pre - tokenizer,
-    but the GGUF says
-`tokenizer.ggml.pre = "smollm"`,
- which llama.cpp tokenizes by first splitting every Unicode digit into its own piece and then
-         applying the GPT
-         - 2 byte -
-         level regex-- exactly what the original SmolLM2 tokenizer
-             .json does with `Sequence[Digits(individual_digits = true), ByteLevel]`.The two differ
-         whenever whitespace runs precede a digit("a  1"
-                                                  : [ a, ĠĠ, 1 ] vs[a, Ġ, Ġ, 1]) or
-     a space precedes a non - ASCII numeric char(" ½").We therefore install the original pre
-             - tokenizer on the transformers tokenizer(vocab, merges and added tokens unchanged) and
-         record in the header how many items the unpatched converter tokenizes differently
-                 .
+Reference: SmolLM2-135M-Instruct's tokenizer as transformers builds it from the GGUF
+(`AutoTokenizer.from_pretrained(dir, gguf_file=...)`), with ONE correction: transformers'
+GGUF converter gives it a plain `ByteLevel` pre-tokenizer, but the GGUF says
+`tokenizer.ggml.pre = "smollm"`, which llama.cpp tokenizes by first splitting every Unicode
+digit into its own piece and then applying the GPT-2 byte-level regex -- exactly what the
+original SmolLM2 tokenizer.json does with `Sequence[Digits(individual_digits=true), ByteLevel]`.
+The two differ whenever whitespace runs precede a digit ("a  1": [a, ĠĠ, 1] vs [a, Ġ, Ġ, 1])
+or a space precedes a non-ASCII numeric char (" ½"). We therefore install the original
+pre-tokenizer on the transformers tokenizer (vocab, merges and added tokens unchanged) and
+record in the header how many items the unpatched converter tokenizes differently.
 
-             Outputs(both small, committed)
-    : smollm2_goldens.bin little
-             - endian sections,
- in the order listed in the JSON header;
-each section : uint32 n,
-               uint32 offsets[n + 1](token offsets, offsets[0] = 0),
-               uint16 ids[offsets[n]](vocab is 49152 < 65536).smollm2_goldens.json versions,
-               sources,
-               the exact definition of an item,
-               section order and totals,
-               plus the chat - template cases(messages, rendered text, ids)
-                                   .
+Outputs (both small, committed):
+  smollm2_goldens.bin   little-endian sections, in the order listed in the JSON header; each
+                        section: uint32 n, uint32 offsets[n + 1] (token offsets, offsets[0] = 0),
+                        uint16 ids[offsets[n]] (vocab is 49152 < 65536).
+  smollm2_goldens.json  versions, sources, the exact definition of an item, section order and
+                        totals, plus the chat-template cases (messages, rendered text, ids).
 
-                               Items : wikitext : wiki.test.raw read as bytes and split on b
-                                                  "\\n"(Python bytes.split),
-               so there are count(b "\\n") + 1 items; each keeps its trailing b"\\r" (the file has CRLF line ends)
+Items:
+  wikitext: wiki.test.raw read as bytes and split on b"\\n" (Python bytes.split), so there are
+            count(b"\\n") + 1 items; each keeps its trailing b"\\r" (the file has CRLF line ends)
             and the last item is whatever follows the final b"\\n" (empty here). Each item is
             decoded as UTF-8 and encoded without special tokens.
   gsm8k:    the "question" string of the first 200 lines of gsm8k/test.jsonl, encoded without
@@ -112,9 +96,8 @@ def bytes_to_unicode():
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {
-b: chr(c) for b, c in zip(bs, cs)
-}
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
 
 def tiny_tokenizer(pre_tokenizer, post_processor=None, added_tokens=(), ignore_merges=False):
     """A hand-written byte-level BPE: the 256 byte tokens (id = byte value) and a few merges."""

@@ -49,8 +49,7 @@ configs_in = [
                                         {"targets": ["re:.*self_attn$"], "location": "k_cache"}]}}},
     {"config_groups": {}},
 ]
-configs = [{
-  "input" : c, "dump" : json.dumps(TransformConfig.model_validate(c).model_dump())}
+configs = [{"input": c, "dump": json.dumps(TransformConfig.model_validate(c).model_dump())}
            for c in configs_in]
 
 invalid_in = [
@@ -65,12 +64,12 @@ invalid_in = [
 invalid = []
 for c in invalid_in:
     try:
-        TransformConfig
-.model_validate(c) except ValidationError
-    : invalid
-          .append(c) continue raise SystemExit(f "reference accepted {c}")
+        TransformConfig.model_validate(c)
+    except ValidationError:
+        invalid.append(c)
+        continue
+    raise SystemExit(f"reference accepted {c}")
 
-              OUT.write_text(
-                  json.dumps({"spinquant" : spinquant, "configs" : configs, "invalid" : invalid},
-                             indent = 1) +
-                  "\n") print(f "wrote {OUT}")
+OUT.write_text(json.dumps({"spinquant": spinquant, "configs": configs, "invalid": invalid},
+                          indent=1) + "\n")
+print(f"wrote {OUT}")
