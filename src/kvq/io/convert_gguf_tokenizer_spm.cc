@@ -149,7 +149,9 @@ json gguf_spm_tokenizer_config_json(const GgufFile& gguf) {
   json j = {{"add_bos_token", gguf.find_bool("tokenizer.ggml.add_bos_token").value_or(false)},
             {"add_eos_token", gguf.find_bool("tokenizer.ggml.add_eos_token").value_or(false)},
             {"clean_up_tokenization_spaces", false},
-            {"tokenizer_class", "GemmaTokenizer"}};
+            // Not GemmaTokenizer: transformers 5 rebuilds that class's model itself (a BPE with
+            // no merges: one token per character), ignoring the Unigram model written here.
+            {"tokenizer_class", "PreTrainedTokenizerFast"}};
   const auto set_token = [&](const char* name, const char* key) {
     const auto id = special_id(gguf, v, key);
     j[name] = id ? json(v.tokens[static_cast<std::size_t>(*id)]) : json(nullptr);
