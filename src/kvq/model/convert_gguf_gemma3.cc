@@ -15,6 +15,7 @@ double f32_to_decimal(float value) { return std::stod(fmt::format("{}", value));
 // Gemma3TextConfig's defaults for what a gemma3 GGUF does not store.
 constexpr std::int64_t kSlidingWindowPattern = 6;
 constexpr double kRopeLocalTheta = 10000.0;
+constexpr std::int64_t kMaxLayers = 1024;  // bounds the layer_types list a bad file could ask for
 constexpr std::int64_t kQueryPreAttnScalar = 256;  // an int: transformers 5 validates the type
 
 }  // namespace
@@ -23,6 +24,10 @@ json gemma3_config_json(const io::GgufFile& g, DType dtype) {
   const std::string arch = "gemma3";
   const auto u32 = [&](const char* key) { return g.get_u32(arch + "." + key); };
   const std::int64_t layers = u32("block_count");
+  if (layers < 1 || layers > kMaxLayers) {
+    fail<FormatError>("{}: {}.block_count = {} is outside [1, {}]", g.source(), arch, layers,
+                      kMaxLayers);
+  }
   const std::int64_t heads = u32("attention.head_count");
   const std::int64_t kv_heads = g.find_u32(arch + ".attention.head_count_kv").value_or(heads);
   if (heads == 0 || kv_heads == 0 || heads % kv_heads != 0) {

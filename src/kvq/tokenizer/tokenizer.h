@@ -93,8 +93,9 @@ class Tokenizer {
   // Appends the ids of text without added tokens in it.
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
 
-  std::unique_ptr<Bpe> bpe_;          // one of the two models
-  std::unique_ptr<Unigram> unigram_;  //
+  // Exactly one of the two models is set.
+  std::unique_ptr<Bpe> bpe_;
+  std::unique_ptr<Unigram> unigram_;
   Normalizer normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::vector<std::string> id_to_token_;  // as spelled in tokenizer.json; "" for holes
