@@ -91,6 +91,7 @@ json gemma3_config_json(const io::GgufFile& g, DType dtype) {
   if (const auto id = g.find_u32("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *id;
   if (const auto id = g.find_u32("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *id;
   if (const auto id = g.find_u32("tokenizer.ggml.padding_token_id")) j["pad_token_id"] = *id;
+  if (const auto id = g.find_u32("tokenizer.ggml.unknown_token_id")) j["unk_token_id"] = *id;
   return j;
 }
 
