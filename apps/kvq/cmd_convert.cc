@@ -1,4 +1,4 @@
-// kvq convert: GGUF -> Hugging Face Llama directory (config, safetensors, tokenizer).
+// kvq convert: GGUF -> Hugging Face directory (Llama or Gemma 3; config, safetensors, tokenizer).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -20,8 +20,9 @@ void register_convert(CLI::App& app) {
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "convert",
-      "Convert a GGUF model (llama architecture) into a Hugging Face directory: config.json, "
-      "generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json");
+      "Convert a GGUF model (llama or gemma3 architecture) into a Hugging Face directory: "
+      "config.json, generation_config.json, model.safetensors, tokenizer.json, "
+      "tokenizer_config.json");
   cmd->add_option("MODEL", args->gguf, "Input .gguf file")->required()->check(CLI::ExistingFile);
   cmd->add_option("OUT_DIR", args->out_dir, "Output directory (written atomically)")->required();
   cmd->add_option("--dtype", args->dtype, "Weight dtype in model.safetensors")

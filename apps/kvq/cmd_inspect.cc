@@ -55,8 +55,8 @@ json inspect_gguf(const fs::path& path) {
               {"file_size", g.file_size()}};
   const std::string arch = g.find_string("general.architecture").value_or("?");
   out["architecture"] = arch;
-  if (arch == "llama") {
-    out["config"] = config_summary(model::gguf_llama_config_json(g));
+  if (arch == "llama" || arch == "gemma3") {
+    out["config"] = config_summary(model::gguf_config_json(g));
     out["config"].erase("torch_dtype");  // what `kvq convert` would write, not the GGUF's types
   } else {
     out["config"] = json::object();
@@ -75,7 +75,7 @@ json inspect_gguf(const fs::path& path) {
                        {"dtype", type},
                        {"shape", t.shape()},
                        {"bytes", t.nbytes},
-                       {"hf_name", model::gguf_to_hf_tensor_name(t.name).value_or("")}});
+                       {"hf_name", model::gguf_to_hf_tensor_name(t.name, arch).value_or("")}});
   }
   out["parameters"] = params;
   out["tensor_types"] = type_counts;

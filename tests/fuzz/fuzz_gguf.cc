@@ -19,6 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const io::GgufKeyValue& kv : gguf.metadata()) (void)kv.value.summary();
     for (const io::GgufTensorInfo& info : gguf.tensors()) {
       (void)model::gguf_to_hf_tensor_name(info.name);
+      (void)model::gguf_to_hf_tensor_name(info.name, "gemma3");
       const std::span<const std::uint8_t> bytes = gguf.tensor_bytes(info);
       if (!bytes.empty()) {
         volatile std::uint8_t sink = bytes.front() ^ bytes.back();
@@ -29,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::expect_kvq_errors_only([&] { (void)io::gguf_tokenizer_json(gguf); });
     fuzz::expect_kvq_errors_only([&] { (void)io::gguf_tokenizer_config_json(gguf); });
     fuzz::expect_kvq_errors_only([&] { (void)model::gguf_llama_config_json(gguf); });
+    fuzz::expect_kvq_errors_only([&] { (void)model::gguf_config_json(gguf); });
     fuzz::expect_kvq_errors_only([&] { (void)model::gguf_generation_config_json(gguf); });
   });
   return 0;

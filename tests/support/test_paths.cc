@@ -23,6 +23,7 @@ fs::path kvq_home() {
 }
 fs::path default_gguf() { return kvq_home() / "SmolLM2-135M-Instruct.Q4_1.gguf"; }
 fs::path default_model_dir() { return kvq_home() / "SmolLM2-135M-Instruct"; }
+fs::path gemma_model_dir() { return kvq_home() / "gemma-3-270m"; }
 fs::path kvq_binary() { return KVQ_BINARY; }
 
 std::string read_bytes(const fs::path& path) {

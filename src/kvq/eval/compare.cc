@@ -272,6 +272,16 @@ Evaluator::~Evaluator() = default;
 
 namespace {
 
+// The built-in QKV recipes target Llama's attention class, as llm-compressor's examples do; on
+// another architecture they mean that architecture's attention class (Gemma3Attention, ...).
+void retarget_attention(quant::QuantizationConfig& qc, const std::string& attention_class) {
+  for (auto& group : qc.config_groups) {
+    for (std::string& t : group.second.targets) {
+      if (t == "LlamaAttention") t = attention_class;
+    }
+  }
+}
+
 // The scheme's KV cache in cache keys: its --kv-cache text (a recipe's own format is in the
 // recipe, a checkpoint's in the model hash).
 const std::string& kv_key(const SchemeDef& scheme) { return scheme.kv_cache; }
@@ -420,7 +430,8 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   if (def.from_checkpoint) {
     lc = lifecycle::load_quantized(m, o.model_dir);
   } else if (calibrated) {
-    const quant::QuantizationConfig qc = quant::parse_recipe(def.recipe, def.name);
+    quant::QuantizationConfig qc = quant::parse_recipe(def.recipe, def.name);
+    retarget_attention(qc, m.architecture().attention_classes.front());
     lc = lifecycle::apply_quantization_config(m, qc);
     const std::string ckey =
         hex(hash_str(fmt::format("{}|{}|{}|{}|{}", hex(model_hash_), def.recipe, o.calib_samples,

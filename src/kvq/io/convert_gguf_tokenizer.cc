@@ -6,6 +6,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/core/strings.h"
+#include "kvq/io/convert_gguf_tokenizer_spm.h"
 
 namespace kvq::io {
 namespace {
@@ -59,7 +60,7 @@ Vocab read_vocab(const GgufFile& gguf) {
   if (model != "gpt2") {
     fail<NotSupported>(
         "{}: tokenizer.ggml.model = '{}' is not supported (supported: gpt2, i.e. "
-        "byte-level BPE)",
+        "byte-level BPE; llama, i.e. SentencePiece, for gemma3)",
         gguf.source(), model);
   }
   Vocab v;
@@ -95,7 +96,12 @@ json added_token(std::int64_t id, const std::string& content, bool special) {
 
 }  // namespace
 
+static bool is_spm(const GgufFile& gguf) {
+  return gguf.find_string("tokenizer.ggml.model").value_or("") == "llama";
+}
+
 json gguf_tokenizer_json(const GgufFile& gguf) {
+  if (is_spm(gguf)) return gguf_spm_tokenizer_json(gguf);
   const Vocab v = read_vocab(gguf);
   json pre = pre_tokenizer_for(gguf);
 
@@ -145,6 +151,7 @@ json gguf_tokenizer_json(const GgufFile& gguf) {
 }
 
 json gguf_tokenizer_config_json(const GgufFile& gguf) {
+  if (is_spm(gguf)) return gguf_spm_tokenizer_config_json(gguf);
   const Vocab v = read_vocab(gguf);
   json decoder = json::object();
   std::vector<std::string> specials;

@@ -1,9 +1,10 @@
 // Hugging Face tokenizer files (tokenizer.json, tokenizer_config.json) from a GGUF vocabulary.
 //
-// Supports tokenizer.ggml.model = "gpt2" (byte-level BPE) with tokenizer.ggml.pre "smollm"
-// (every Unicode digit its own piece, then the GPT-2 byte-level regex — what llama.cpp does and
-// what the original SmolLM2 tokenizer.json says with Digits(individual_digits) + ByteLevel) and
-// "gpt2" / "default" (GPT-2 byte-level regex only). Other vocabularies are refused.
+// Supports tokenizer.ggml.model = "llama" (SentencePiece, Gemma: convert_gguf_tokenizer_spm.h) and
+// "gpt2" (byte-level BPE) with tokenizer.ggml.pre "smollm" (every Unicode digit its own piece, then
+// the GPT-2 byte-level regex — what llama.cpp does and what the original SmolLM2 tokenizer.json
+// says with Digits(individual_digits) + ByteLevel) and "gpt2" / "default" (GPT-2 byte-level regex
+// only). Other vocabularies are refused.
 #pragma once
 
 #include <nlohmann/json.hpp>

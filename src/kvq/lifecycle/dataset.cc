@@ -105,10 +105,18 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
         if (!j["question"].is_string() || !j["answer"].is_string())
           fail<FormatError>("{}:{}: \"question\" and \"answer\" must be strings", path.string(),
                             lineno);
-        const std::vector<tok::ChatMessage> msgs = {{"user", j["question"].get<std::string>()},
-                                                    {"assistant", j["answer"].get<std::string>()}};
-        tokens = tokenizer.encode(render(tokenizer, msgs, path, lineno),
-                                  /*add_special_tokens=*/false);
+        if (tokenizer.chat_template().empty()) {
+          // A base model (no chat template, e.g. gemma-3-270m): lm-eval's plain GSM8K layout.
+          tokens = tokenizer.encode("Question: " + j["question"].get<std::string>() +
+                                        "\nAnswer: " + j["answer"].get<std::string>(),
+                                    /*add_special_tokens=*/false);
+        } else {
+          const std::vector<tok::ChatMessage> msgs = {
+              {"user", j["question"].get<std::string>()},
+              {"assistant", j["answer"].get<std::string>()}};
+          tokens = tokenizer.encode(render(tokenizer, msgs, path, lineno),
+                                    /*add_special_tokens=*/false);
+        }
       } else if (j.contains("text")) {
         if (!j["text"].is_string())
           fail<FormatError>("{}:{}: \"text\" must be a string", path.string(), lineno);

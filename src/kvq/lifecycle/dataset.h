@@ -12,7 +12,9 @@
 //    [user: question, assistant: answer] (add_generation_prompt=false), tokenized without
 //    special tokens and truncated to max_seq_length — what llm-compressor's kv-cache examples
 //    feed oneshot (tokenizer(apply_chat_template(..., tokenize=False), max_length=L,
-//    truncation=True, add_special_tokens=False)).
+//    truncation=True, add_special_tokens=False)). A model without a chat template (a base
+//    model such as gemma-3-270m) gets lm-eval's plain layout instead:
+//    "Question: {question}\nAnswer: {answer}", tokenized the same way.
 // Samples keep file order unless a shuffle seed is given (Fisher-Yates with std::mt19937_64 —
 // NOT the same permutation as HF datasets' shuffle), then the first num_samples are taken.
 #pragma once

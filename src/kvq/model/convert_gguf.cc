@@ -13,10 +13,13 @@
 #include "kvq/io/gguf_dequant.h"
 #include "kvq/io/json_file.h"
 #include "kvq/io/safetensors.h"
+#include "kvq/model/convert_gguf_plan.h"
 #include "kvq/model/model_config.h"
 
 namespace kvq::model {
 namespace {
+
+using detail::PlannedTensor;
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -28,7 +31,8 @@ double f32_to_decimal(float value) { return std::stod(fmt::format("{}", value));
 void require_llama(const io::GgufFile& gguf) {
   const std::string& arch = gguf.get_string("general.architecture");
   if (arch != "llama") {
-    fail<NotSupported>("{}: unsupported architecture {}; supported: llama", gguf.source(), arch);
+    fail<NotSupported>("{}: unsupported architecture {}; supported: llama, gemma3", gguf.source(),
+                       arch);
   }
 }
 
@@ -94,13 +98,6 @@ ModelConfig llama_config(const io::GgufFile& g, DType dtype) {
   return c;
 }
 
-struct PlannedTensor {
-  const io::GgufTensorInfo* info;
-  std::string hf_name;
-  Shape hf_shape;
-  std::int64_t rope_heads = 0;  // > 0: undo the rotary row permutation with this many heads
-};
-
 // Every tensor the HF model needs, in HF module order, with its expected shape. Unknown GGUF
 // tensors are refused rather than silently dropped.
 std::vector<PlannedTensor> plan_tensors(const io::GgufFile& g, const ModelConfig& c) {
@@ -137,16 +134,7 @@ std::vector<PlannedTensor> plan_tensors(const io::GgufFile& g, const ModelConfig
   add("output_norm.weight", {h});
   if (!c.tie_word_embeddings) add("output.weight", {c.vocab_size, h});
 
-  if (plan.size() != g.tensors().size()) {
-    for (const auto& t : g.tensors()) {
-      bool used = false;
-      for (const auto& p : plan) used = used || p.info == &t;
-      if (!used) {
-        fail<NotSupported>("{}: tensor '{}' has no place in a Hugging Face Llama model", g.source(),
-                           t.name);
-      }
-    }
-  }
+  detail::refuse_unplanned(g, plan, "Llama");
   return plan;
 }
 
@@ -165,26 +153,52 @@ void check_out_dir(const fs::path& out_dir, bool force) {
 
 }  // namespace
 
-std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name) {
+namespace detail {
+
+void refuse_unplanned(const io::GgufFile& g, const std::vector<PlannedTensor>& plan,
+                      std::string_view family) {
+  if (plan.size() == g.tensors().size()) return;
+  for (const auto& t : g.tensors()) {
+    bool used = false;
+    for (const auto& p : plan) used = used || p.info == &t;
+    if (!used) {
+      fail<NotSupported>("{}: tensor '{}' has no place in a Hugging Face {} model", g.source(),
+                         t.name, family);
+    }
+  }
+}
+
+bool split_block_name(std::string_view name, std::string_view& layer, std::string& part,
+                      std::string_view& kind) {
+  // blk.<digits>.<word>.(weight|bias), split by hand: std::regex recurses per character, and
+  // the name comes from the file.
+  constexpr std::string_view kBlock = "blk.";
+  if (!name.starts_with(kBlock)) return false;
+  const std::string_view rest = name.substr(kBlock.size());
+  const std::size_t dot1 = rest.find('.');
+  const std::size_t dot2 = dot1 == std::string_view::npos ? dot1 : rest.find('.', dot1 + 1);
+  if (dot2 == std::string_view::npos) return false;
+  layer = rest.substr(0, dot1);
+  part = std::string(rest.substr(dot1 + 1, dot2 - dot1 - 1));
+  kind = rest.substr(dot2 + 1);
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  return !layer.empty() && std::all_of(layer.begin(), layer.end(), is_digit) &&
+         (kind == "weight" || kind == "bias");
+}
+
+}  // namespace detail
+
+std::optional<std::string> gguf_to_hf_tensor_name(std::string_view gguf_name,
+                                                  std::string_view architecture) {
+  if (architecture == "gemma3") return detail::gemma3_hf_tensor_name(gguf_name);
+  if (architecture != "llama") return std::nullopt;
   const std::string name(gguf_name);
   if (name == "token_embd.weight") return "model.embed_tokens.weight";
   if (name == "output_norm.weight") return "model.norm.weight";
   if (name == "output.weight") return "lm_head.weight";
-  // blk.<digits>.<word>.(weight|bias), split by hand: std::regex recurses per character, and
-  // the name comes from the file.
-  constexpr std::string_view kBlock = "blk.";
-  if (!gguf_name.starts_with(kBlock)) return std::nullopt;
-  const std::string_view rest = gguf_name.substr(kBlock.size());
-  const std::size_t dot1 = rest.find('.');
-  const std::size_t dot2 = dot1 == std::string_view::npos ? dot1 : rest.find('.', dot1 + 1);
-  if (dot2 == std::string_view::npos) return std::nullopt;
-  const std::string_view layer = rest.substr(0, dot1);
-  const std::string part(rest.substr(dot1 + 1, dot2 - dot1 - 1));
-  const std::string_view kind = rest.substr(dot2 + 1);
-  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (layer.empty() || !std::all_of(layer.begin(), layer.end(), is_digit) ||
-      (kind != "weight" && kind != "bias"))
-    return std::nullopt;
+  std::string_view layer, kind;
+  std::string part;
+  if (!detail::split_block_name(gguf_name, layer, part, kind)) return std::nullopt;
   std::string hf;
   if (part == "attn_norm")
     hf = "input_layernorm";
@@ -230,6 +244,13 @@ json gguf_llama_config_json(const io::GgufFile& gguf, DType dtype) {
   return model_config_to_json(llama_config(gguf, dtype));
 }
 
+json gguf_config_json(const io::GgufFile& gguf, DType dtype) {
+  if (gguf.get_string("general.architecture") == "gemma3") {
+    return detail::gemma3_config_json(gguf, dtype);
+  }
+  return gguf_llama_config_json(gguf, dtype);
+}
+
 json gguf_generation_config_json(const io::GgufFile& g) {
   json j = {{"_from_model_config", true}};
   const auto set = [&](const char* name, const char* key) {
@@ -250,8 +271,11 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
   io::refuse_output_over_input(out_dir, "OUT_DIR", gguf_path, "the input MODEL");
   check_out_dir(out_dir, options.force);
   const io::GgufFile g = io::GgufFile::open(gguf_path);
-  const ModelConfig config = llama_config(g, options.dtype);
-  const std::vector<PlannedTensor> plan = plan_tensors(g, config);
+  const json config_json = gguf_config_json(g, options.dtype);
+  const ModelConfig config = parse_model_config(config_json, g.source());
+  const std::vector<PlannedTensor> plan = config.model_type == "gemma3_text"
+                                              ? detail::plan_gemma3_tensors(g, config)
+                                              : plan_tensors(g, config);
   for (const auto& p : plan) {
     if (!io::ggml_can_dequantize(p.info->type)) {
       fail<NotSupported>("{}: tensor '{}' has GGML type {}, which kvq cannot dequantize",
@@ -272,6 +296,10 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
       const std::int64_t cols = t.ndim() == 2 ? t.dim(1) : 1;
       unpermute_rope_rows(t.f32(), p.rope_heads, config.head_dim, cols);
     }
+    if (p.minus_one) {
+      float* w = t.f32();
+      for (std::int64_t i = 0; i < t.numel(); ++i) w[i] -= 1.0f;
+    }
     if (options.dtype == DType::kBF16) {
       Tensor b(DType::kBF16, t.shape());
       auto* dst = static_cast<std::uint16_t*>(b.mutable_data());
@@ -287,7 +315,7 @@ ConvertResult convert_gguf_to_hf(const fs::path& gguf_path, const fs::path& out_
 
   io::AtomicDirectory dir(
       out_dir, options.force ? io::ExistingDirectory::kReplace : io::ExistingDirectory::kRefuse);
-  io::write_file_atomic(dir.path() / "config.json", io::dump_json(model_config_to_json(config)));
+  io::write_file_atomic(dir.path() / "config.json", io::dump_json(config_json));
   io::write_file_atomic(dir.path() / "generation_config.json",
                         io::dump_json(gguf_generation_config_json(g)));
   io::write_file_atomic(dir.path() / "tokenizer.json", io::dump_json(tokenizer));

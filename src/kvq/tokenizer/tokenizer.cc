@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "kvq/tokenizer/bpe.h"
 #include "kvq/tokenizer/byte_level.h"
 #include "kvq/tokenizer/pre_tokenizer.h"
+#include "kvq/tokenizer/unigram.h"
 
 namespace kvq::tok {
 namespace {
@@ -20,6 +22,18 @@ namespace {
 using nlohmann::json;
 
 json parse_json(const std::filesystem::path& path) { return io::read_json_file(path); }
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t hit = text.find(from); hit != std::string_view::npos; hit = text.find(from, pos)) {
+    out.append(text.substr(pos, hit - pos));
+    out.append(to);
+    pos = hit + from.size();
+  }
+  out.append(text.substr(pos));
+  return out;
+}
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
@@ -96,30 +110,25 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
   try {
     const json& model = j.at("model");
     const std::string type = model.value("type", std::string("BPE"));
-    if (type != "BPE") {
-      fail<NotSupported>("{}: model type {} not supported; supported: BPE (byte-level)", where,
-                         type);
+    if (type != "BPE" && type != "Unigram") {
+      fail<NotSupported>("{}: model type {} not supported; supported: BPE (byte-level), Unigram",
+                         where, type);
     }
-    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-      if (model.contains(key) && !model[key].is_null()) {
-        fail<NotSupported>("{}: BPE {} not supported (byte-level BPE only)", where, key);
+    const bool unigram = type == "Unigram";
+    if (!unigram) {
+      for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+        if (model.contains(key) && !model[key].is_null()) {
+          fail<NotSupported>("{}: BPE {} not supported (byte-level BPE only)", where, key);
+        }
+      }
+      if (model.contains("dropout") && !model["dropout"].is_null() &&
+          model["dropout"].get<double>() != 0.0) {
+        fail<NotSupported>("{}: BPE dropout not supported", where);
       }
     }
-    if (model.contains("dropout") && !model["dropout"].is_null() &&
-        model["dropout"].get<double>() != 0.0) {
-      fail<NotSupported>("{}: BPE dropout not supported", where);
-    }
-    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-      const json& n = j["normalizer"];
-      bool empty_sequence = n.value("type", std::string()) == "Sequence" &&
-                            n.contains("normalizers") && n["normalizers"].empty();
-      if (!empty_sequence) {
-        fail<NotSupported>("{}: normalizer '{}' not supported; supported: none", where,
-                           n.value("type", std::string("?")));
-      }
-    }
+    normalizer_ = Normalizer::from_json(j.value("normalizer", json()), where);
     pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()), where);
-    if (!pre_tokenizer_->is_byte_level()) {
+    if (!unigram && !pre_tokenizer_->is_byte_level()) {
       fail<NotSupported>(
           "{}: pre_tokenizer has no ByteLevel step; supported: BPE (byte-level) tokenizers", where);
     }
@@ -134,16 +143,37 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
       return static_cast<int32_t>(id.get<std::int64_t>());
     };
     std::unordered_map<std::string, int32_t> vocab;
-    vocab.reserve(model.at("vocab").size());
+    std::vector<std::pair<std::string, double>> scored;  // Unigram: (token, score) by id
     int32_t max_id = -1;
-    for (const auto& [token, id] : model.at("vocab").items()) {
-      const int32_t i = token_id(id, token);
-      vocab.emplace(token, i);
-      max_id = std::max(max_id, i);
+    if (unigram) {
+      const json& list = model.at("vocab");
+      if (!list.is_array() || static_cast<std::int64_t>(list.size()) >= kMaxTokenId) {
+        fail<FormatError>("{}: Unigram vocab is not a list of [token, score] under {} entries",
+                          where, kMaxTokenId);
+      }
+      scored.reserve(list.size());
+      vocab.reserve(list.size());
+      for (const json& entry : list) {
+        if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() ||
+            !entry[1].is_number()) {
+          fail<FormatError>("{}: Unigram vocab entry {} is not [token, score]", where,
+                            scored.size());
+        }
+        scored.emplace_back(entry[0].get<std::string>(), entry[1].get<double>());
+        vocab[scored.back().first] = static_cast<int32_t>(scored.size() - 1);  // last id wins
+      }
+      max_id = static_cast<int32_t>(scored.size()) - 1;
+    } else {
+      vocab.reserve(model.at("vocab").size());
+      for (const auto& [token, id] : model.at("vocab").items()) {
+        const int32_t i = token_id(id, token);
+        vocab.emplace(token, i);
+        max_id = std::max(max_id, i);
+      }
     }
     std::vector<std::pair<std::string, std::string>> merges;
     merges.reserve(model.value("merges", json::array()).size());
-    for (const json& m : model.value("merges", json::array())) {
+    for (const json& m : unigram ? json::array() : model.value("merges", json::array())) {
       if (m.is_string()) {
         const std::string s = m.get<std::string>();
         size_t space = s.find(' ');
@@ -167,11 +197,16 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
       if (t.content.empty() || t.id < 0) {
         fail<FormatError>("{}: added token with empty content or negative id", where);
       }
+      if (a.value("normalized", false) && !normalizer_.empty()) {
+        fail<NotSupported>(
+            "{}: added token '{}' is normalized; kvq matches added tokens in the raw text only",
+            where, t.content);
+      }
       max_id = std::max(max_id, t.id);
       added.push_back(std::move(t));
     }
 
-    BpeOptions options;
+    BpeOptions options;  // byte_fallback is read for both models
     options.ignore_merges = model.value("ignore_merges", false);
     options.byte_fallback = model.value("byte_fallback", false);
     options.fuse_unk = model.value("fuse_unk", false);
@@ -183,7 +218,11 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
 
     id_to_token_.assign(static_cast<size_t>(max_id) + 1, std::string());
     special_.assign(id_to_token_.size(), 0);
-    for (const auto& [token, id] : vocab) id_to_token_[static_cast<size_t>(id)] = token;
+    if (unigram) {
+      for (size_t id = 0; id < scored.size(); ++id) id_to_token_[id] = scored[id].first;
+    } else {
+      for (const auto& [token, id] : vocab) id_to_token_[static_cast<size_t>(id)] = token;
+    }
     for (const AddedToken& a : added) {
       id_to_token_[static_cast<size_t>(a.id)] = a.content;
       special_[static_cast<size_t>(a.id)] = a.special ? 1 : 0;
@@ -193,9 +232,13 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
     id_to_bytes_.resize(id_to_token_.size());
     for (size_t id = 0; id < id_to_token_.size(); ++id) {
       const std::string& tok = id_to_token_[id];
-      if (options.byte_fallback && tok.size() == 6 && tok.starts_with("<0x") && tok[5] == '>') {
+      if (options.byte_fallback && tok.size() == 6 && tok.starts_with("<0x") && tok[5] == '>' &&
+          std::isxdigit(static_cast<unsigned char>(tok[3])) &&
+          std::isxdigit(static_cast<unsigned char>(tok[4]))) {
         id_to_bytes_[id] =
             std::string(1, static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16)));
+      } else if (unigram) {
+        id_to_bytes_[id] = replace_all(tok, "\u2581", " ");  // Gemma's Replace decoder
       } else {
         id_to_bytes_[id] = byte_level_decode(tok);
       }
@@ -216,7 +259,15 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
         fail<FormatError>("{}: post_processor id {} out of range", where, id);
       }
     }
-    bpe_ = std::make_unique<Bpe>(vocab, merges, options, where);
+    if (unigram) {
+      std::optional<int32_t> unk_id;
+      if (model.contains("unk_id") && !model["unk_id"].is_null()) {
+        unk_id = token_id(model["unk_id"], "unk_id");
+      }
+      unigram_ = std::make_unique<Unigram>(scored, unk_id, options.byte_fallback, where);
+    } else {
+      bpe_ = std::make_unique<Bpe>(vocab, merges, options, where);
+    }
   } catch (const json::exception& e) {
     fail<FormatError>("{}: unexpected tokenizer.json structure: {}", where, e.what());
   }
@@ -315,9 +366,22 @@ void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) c
   thread_local std::vector<Span> pieces, tmp;
   pieces.assign(1, Span{0, static_cast<uint32_t>(text.size())});
   if (text.size() > UINT32_MAX) fail<InvalidArgument>("tokenizer encode: text over 4 GiB");
+  thread_local std::string normalized;
+  if (!normalizer_.empty()) {
+    normalized = normalizer_.normalize(text);
+    text = normalized;
+    if (text.size() > UINT32_MAX) fail<InvalidArgument>("tokenizer encode: text over 4 GiB");
+    pieces.assign(1, Span{0, static_cast<uint32_t>(text.size())});
+  }
   pre_tokenizer_->split(text, pieces, tmp);
   for (const Span& p : pieces) {
-    if (p.end > p.begin) bpe_->encode(text.substr(p.begin, p.end - p.begin), out);
+    if (p.end <= p.begin) continue;
+    const std::string_view piece = text.substr(p.begin, p.end - p.begin);
+    if (unigram_) {
+      unigram_->encode(piece, out);
+    } else {
+      bpe_->encode(piece, out);
+    }
   }
 }
 

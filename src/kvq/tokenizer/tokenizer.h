@@ -1,21 +1,24 @@
-// A Hugging Face tokenizer.json tokenizer: byte-level BPE, the kind Llama-3, GPT-2, Qwen and
-// SmolLM2 use.
+// A Hugging Face tokenizer.json tokenizer, of one of two models:
+//   byte-level BPE (bpe.h) — Llama-3, GPT-2, Qwen, SmolLM2;
+//   Unigram with byte fallback (unigram.h) — what transformers builds from a SentencePiece GGUF
+//   vocabulary (Gemma) and `kvq convert` writes.
 //
 // Supported (anything else fails at load with NotSupported saying what is supported):
 //   model          BPE over the ByteLevel alphabet (merges as "a b" strings or [a, b] pairs;
-//                  ignore_merges, byte_fallback, unk_token, fuse_unk)
-//   normalizer     null or an empty Sequence
-//   pre_tokenizer  ByteLevel, Digits, Split, Sequence (see pre_tokenizer.h); must include
-//                  ByteLevel
+//                  ignore_merges, byte_fallback, unk_token, fuse_unk), or Unigram (vocab of
+//                  [token, score], unk_id, byte_fallback)
+//   normalizer     null, Replace (String pattern), Sequence of those (normalizer.h)
+//   pre_tokenizer  ByteLevel, Digits, Split, Sequence (see pre_tokenizer.h); a BPE model needs
+//                  a ByteLevel step
 //   post_processor null, ByteLevel, TemplateProcessing (special tokens around "A" when
 //                  add_special_tokens is true), Sequence of those
-//   decoder        ignored: ids decode to the exact bytes of their byte-level tokens (the
-//                  ByteLevel decoder, without tokenizers' lossy UTF-8 repair; "<0xXX>"
-//                  byte-fallback tokens decode to their byte). transformers'
-//                  clean_up_tokenization_spaces is NOT applied.
-//   added_tokens   matched in the raw text before pre-tokenization, leftmost then longest;
-//                  lstrip / rstrip / single_word honoured; `normalized` is moot without a
-//                  normalizer.
+//   decoder        ignored: ids decode to the exact bytes of their tokens (BPE: the ByteLevel
+//                  decoder; Unigram: "▁" -> " ", as Gemma's Replace decoder; "<0xXX>"
+//                  byte-fallback tokens decode to their byte), without tokenizers' lossy UTF-8
+//                  repair. transformers' clean_up_tokenization_spaces is NOT applied.
+//   added_tokens   matched in the raw text before normalization and pre-tokenization, leftmost
+//                  then longest; lstrip / rstrip / single_word honoured; `normalized: true` is
+//                  refused when the tokenizer has a normalizer.
 // from_dir() also reads tokenizer_config.json (bos/eos tokens, chat_template) and
 // chat_template.jinja (transformers >= 4.43 writes the template there; it wins).
 #pragma once
@@ -32,11 +35,13 @@
 #include <vector>
 
 #include "kvq/tokenizer/chat_template.h"
+#include "kvq/tokenizer/normalizer.h"
 
 namespace kvq::tok {
 
 class Bpe;
 class PreTokenizer;
+class Unigram;
 
 class Tokenizer {
  public:
@@ -88,7 +93,10 @@ class Tokenizer {
   // Appends the ids of text without added tokens in it.
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
 
+  // Exactly one of the two models is set.
   std::unique_ptr<Bpe> bpe_;
+  std::unique_ptr<Unigram> unigram_;
+  Normalizer normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::vector<std::string> id_to_token_;  // as spelled in tokenizer.json; "" for holes
   std::vector<std::string> id_to_bytes_;  // decoded bytes

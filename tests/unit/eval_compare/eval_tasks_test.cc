@@ -247,5 +247,29 @@ TEST_F(TinyEvaluator, DefaultOptionsKeepTheirCacheKeys) {
   }
 }
 
+// The built-in QKV recipes target LlamaAttention; on the tiny Gemma 3 they calibrate its
+// Gemma3Attention (GSM8K train in the plain layout: the tokenizer has no chat template).
+TEST_F(TinyEvaluator, QkvSchemeRunsOnGemma3) {
+  const fs::path tiny = test::test_data_dir() / "tiny_arch/gemma3";
+  for (const char* f : {"config.json", "model.safetensors"}) {
+    fs::copy_file(tiny / f, model_dir() / f, fs::copy_options::overwrite_existing);
+  }
+  std::ofstream train(data_dir() / "gsm8k" / "train.jsonl");
+  for (int i = 0; i < 4; ++i) {
+    train << nlohmann::json{{"question", fmt::format("What is {} + {}?", i, i)},
+                            {"answer", fmt::format("#### {}", 2 * i)}}
+                 .dump()
+          << "\n";
+  }
+  train.close();
+  options_.calib_samples = 4;
+  Evaluator e(options_);
+  e.baseline();
+  const SchemeReport row = e.evaluate(find_scheme("QKV-FP8-Tensor"));
+  EXPECT_TRUE(row.has_kld);
+  EXPECT_GT(row.kld, 0.0);
+  EXPECT_LT(row.kld, 0.1);
+}
+
 }  // namespace
 }  // namespace kvq::eval

@@ -155,6 +155,17 @@ TEST(Dataset, ChatMessagesErrors) {
   }
 }
 
+// GSM8K {question, answer} lines on a model without a chat template (a base model): lm-eval's
+// plain "Question: ...\nAnswer: ..." layout.
+TEST(Dataset, QuestionAnswerWithoutTemplateIsPlainText) {
+  test::TempDir d;
+  const auto t = tokenizer();
+  const auto s = load_calibration_dataset(
+      write(d, "qa.jsonl", "{\"question\": \"1+1?\", \"answer\": \"2\"}\n"), t, {});
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].tokens, t.encode("Question: 1+1?\nAnswer: 2"));
+}
+
 TEST(Dataset, Errors) {
   test::TempDir d;
   const auto t = tokenizer();

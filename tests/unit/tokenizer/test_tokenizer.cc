@@ -198,7 +198,7 @@ TEST(Tokenizer, BadFiles) {
   }
 
   const json tiny = read_json(data("tiny_bytelevel.json"));
-  for (const char* type : {"WordPiece", "Unigram"}) {
+  for (const char* type : {"WordPiece", "WordLevel"}) {
     json j = tiny;
     j["model"]["type"] = type;
     write_text(dir / "other.json", j.dump());
@@ -207,12 +207,23 @@ TEST(Tokenizer, BadFiles) {
       ADD_FAILURE() << "no throw for " << type;
     } catch (const NotSupported& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("model type ") + type +
-                                           " not supported; supported: BPE (byte-level)"),
+                                           " not supported; supported: BPE (byte-level), Unigram"),
                 std::string::npos)
           << e.what();
     }
   }
   json j = tiny;
+  j["model"]["type"] = "Unigram";  // a BPE vocab (token -> id) is not Unigram's [token, score]
+  write_text(dir / "unigram.json", j.dump());
+  try {
+    Tokenizer::from_file(dir / "unigram.json");
+    ADD_FAILURE() << "no throw for a Unigram model with a BPE vocab";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("unigram.json: Unigram vocab is not a list"),
+              std::string::npos)
+        << e.what();
+  }
+  j = tiny;
   j["normalizer"] = {{"type", "NFKC"}};
   write_text(dir / "nfkc.json", j.dump());
   EXPECT_THROW(Tokenizer::from_file(dir / "nfkc.json"), NotSupported);
