@@ -38,10 +38,11 @@ bool is_scale_tensor(const std::string& name) {
 
 json config_summary(const json& config) {
   json s = json::object();
-  for (const char* key : {"architectures", "model_type", "num_hidden_layers", "num_attention_heads",
-                          "num_key_value_heads", "head_dim", "hidden_size", "intermediate_size",
-                          "vocab_size", "rope_theta", "rope_scaling", "max_position_embeddings",
-                          "rms_norm_eps", "tie_word_embeddings", "torch_dtype"}) {
+  for (const char* key :
+       {"architectures", "model_type", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
+        "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings", "rms_norm_eps",
+        "tie_word_embeddings", "torch_dtype"}) {
     if (config.contains(key)) s[key] = config[key];
   }
   return s;
@@ -142,8 +143,16 @@ void print_text(const json& r, bool show_tensors) {
   std::printf("  hidden / ffn      %s / %s\n", get("hidden_size").c_str(),
               get("intermediate_size").c_str());
   std::printf("  vocab             %s\n", get("vocab_size").c_str());
-  std::printf("  rope_theta        %s (scaling %s), max positions %s\n", get("rope_theta").c_str(),
-              get("rope_scaling").c_str(), get("max_position_embeddings").c_str());
+  if (!c.contains("rope_theta") && c.contains("rope_parameters")) {
+    // transformers 5 configs: theta and scaling live in rope_parameters (per layer type on Gemma
+    // 3).
+    std::printf("  rope_parameters   %s, max positions %s\n", get("rope_parameters").c_str(),
+                get("max_position_embeddings").c_str());
+  } else {
+    std::printf("  rope_theta        %s (scaling %s), max positions %s\n",
+                get("rope_theta").c_str(), get("rope_scaling").c_str(),
+                get("max_position_embeddings").c_str());
+  }
   if (c.contains("torch_dtype")) {
     std::printf("  dtype             %s; tensor types %s\n", get("torch_dtype").c_str(),
                 r["tensor_types"].dump().c_str());
