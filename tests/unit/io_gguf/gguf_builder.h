@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +46,31 @@ class GgufBuilder {
   GgufBuilder& zeros(std::size_t n) {
     bytes.insert(bytes.end(), n, 0);
     return *this;
+  }
+  // Tensor infos of F32 tensors (anything with .name and .ne), then their data, each 32-byte
+  // aligned; element i of every tensor is i.
+  template <class Tensors>
+  GgufBuilder& f32_tensors_of_index(const Tensors& tensors) {
+    std::uint64_t offset = 0;
+    std::vector<std::uint64_t> numels;
+    for (const auto& t : tensors) {
+      std::uint64_t n = 1;
+      for (auto d : t.ne) n *= d;
+      tensor(t.name, t.ne, 0, offset);
+      offset += (n * 4 + 31) / 32 * 32;
+      numels.push_back(n);
+    }
+    pad_to(32);
+    for (auto n : numels) {
+      for (std::uint64_t i = 0; i < n; ++i) put<float>(static_cast<float>(i));
+      pad_to(32);
+    }
+    return *this;
+  }
+  void save(const std::filesystem::path& path) const {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
   }
 };
 

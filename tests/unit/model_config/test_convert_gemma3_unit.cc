@@ -99,23 +99,7 @@ fs::path write_tiny_gemma3(const fs::path& path, const TinyOptions& o = {}) {
   b.key("tokenizer.ggml.unknown_token_id", kU32).put<std::uint32_t>(3);
   b.key("tokenizer.ggml.padding_token_id", kU32).put<std::uint32_t>(0);
   b.key("tokenizer.ggml.add_bos_token", kBool).put<std::uint8_t>(1);
-  std::uint64_t offset = 0;
-  std::vector<std::uint64_t> numels;
-  for (const auto& t : tensors) {
-    std::uint64_t n = 1;
-    for (auto d : t.ne) n *= d;
-    b.tensor(t.name, t.ne, 0, offset);
-    offset += (n * 4 + 31) / 32 * 32;
-    numels.push_back(n);
-  }
-  b.pad_to(32);
-  for (auto n : numels) {
-    for (std::uint64_t i = 0; i < n; ++i) b.put<float>(static_cast<float>(i));
-    b.pad_to(32);
-  }
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(b.bytes.data()),
-            static_cast<std::streamsize>(b.bytes.size()));
+  b.f32_tensors_of_index(tensors).save(path);
   return path;
 }
 

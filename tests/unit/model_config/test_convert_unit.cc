@@ -54,23 +54,7 @@ fs::path write_tiny_llama(const fs::path& path, const std::string& arch = "llama
   b.put<std::int32_t>(3).put<std::int32_t>(1).put<std::int32_t>(1).put<std::int32_t>(1);
   b.key("tokenizer.ggml.merges", kArr).put<std::uint32_t>(kStr).put<std::uint64_t>(1).str("a b");
   b.key("tokenizer.ggml.add_bos_token", kBool).put<std::uint8_t>(0);
-  std::uint64_t offset = 0;
-  std::vector<std::uint64_t> numels;
-  for (const auto& t : tensors) {
-    std::uint64_t n = 1;
-    for (auto d : t.ne) n *= d;
-    b.tensor(t.name, t.ne, 0, offset);
-    offset += (n * 4 + 31) / 32 * 32;
-    numels.push_back(n);
-  }
-  b.pad_to(32);
-  for (auto n : numels) {
-    for (std::uint64_t i = 0; i < n; ++i) b.put<float>(static_cast<float>(i));
-    b.pad_to(32);
-  }
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(b.bytes.data()),
-            static_cast<std::streamsize>(b.bytes.size()));
+  b.f32_tensors_of_index(tensors).save(path);
   return path;
 }
 
