@@ -14,9 +14,11 @@
 # Build: CPU only, Release, -DGGML_NATIVE=ON (same -march=native as kvq), static libraries,
 # OpenMP threads (llama.cpp's default), no BLAS (llama.cpp's default CPU build), no HTTPS/curl
 # (this version dropped LLAMA_CURL: it only warns "deprecated and will be ignored"; the
-# download code now hangs off LLAMA_OPENSSL, switched off here). Only three targets are built:
-# llama-bench, llama-quantize and llama-perplexity (for bench/llama_cpp_kld.sh); the first two
-# took 22 min (1335 s) with -j2 on the 2-core development VM, shared with other builds.
+# download code now hangs off LLAMA_OPENSSL, switched off here). Six targets are built:
+# llama-bench, llama-quantize, llama-perplexity (bench/llama_cpp_kld.sh), llama-server and
+# llama-batched-bench (issue 19's throughput side by side, bench/serve_vs_llama.sh) and
+# llama-tokenize (tokenizer goldens); the first two took 22 min (1335 s) with -j2 on the 2-core
+# development VM, shared with other builds, the server about 10 min more.
 #
 # Weights: `llama-quantize --allow-requantize in.gguf out.gguf F32` dequantizes every Q4_1
 # tensor (d * q + m, fp16 d and m widened to fp32) and copies the F32 norms. Checked with
@@ -32,7 +34,8 @@ usage() {
 usage: bench/llama_cpp_setup.sh [--jobs N] [--no-bf16] [--verify] [--rebuild]
 
 Downloads the llama-cpp-python sdist (pinned version) into ${KVQ_HOME:-~/.cache/kvq}/llama.cpp/,
-builds llama-bench, llama-quantize and llama-perplexity there (CPU, Release, GGML_NATIVE=ON), and converts the
+builds llama-bench, llama-quantize, llama-perplexity, llama-server, llama-batched-bench and
+llama-tokenize there (CPU, Release, GGML_NATIVE=ON), and converts the
 default model's Q4_1 GGUF to F32 and BF16 GGUFs next to it. Re-running is a no-op.
 
   --jobs N    parallel compile jobs (default 2)
@@ -104,11 +107,13 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
   [ -f "$src/CMakeLists.txt" ] || die "$sdist has no vendor/llama.cpp/CMakeLists.txt"
 fi
 
-# 3. llama-bench and llama-quantize.
+# 3. The llama.cpp tools.
+targets=(llama-bench llama-quantize llama-perplexity llama-server llama-batched-bench llama-tokenize)
 bench_bin="$build/bin/llama-bench"
 quant_bin="$build/bin/llama-quantize"
-ppl_bin="$build/bin/llama-perplexity"
-if [ "$rebuild" = 1 ] || [ ! -x "$bench_bin" ] || [ ! -x "$quant_bin" ] || [ ! -x "$ppl_bin" ]; then
+missing=0
+for t in "${targets[@]}"; do [ -x "$build/bin/$t" ] || missing=1; done
+if [ "$rebuild" = 1 ] || [ "$missing" = 1 ]; then
   generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   log "configuring llama.cpp in $build"
@@ -116,11 +121,11 @@ if [ "$rebuild" = 1 ] || [ ! -x "$bench_bin" ] || [ ! -x "$quant_bin" ] || [ ! -
     -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
     -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DGGML_RPC=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON >"$build.configure.log" 2>&1 \
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON >"$build.configure.log" 2>&1 \
     || die "cmake configure failed; see $build.configure.log"
-  log "building llama-bench llama-quantize llama-perplexity with -j$jobs (log: $build.build.log)"
+  log "building ${targets[*]} with -j$jobs (log: $build.build.log)"
   start=$(date +%s)
-  cmake --build "$build" --target llama-bench llama-quantize llama-perplexity -j "$jobs" >"$build.build.log" 2>&1 \
+  cmake --build "$build" --target "${targets[@]}" -j "$jobs" >"$build.build.log" 2>&1 \
     || die "build failed; see $build.build.log"
   log "built in $(( $(date +%s) - start )) s"
 fi
@@ -178,7 +183,10 @@ echo "LLAMA_CPP_PYTHON_VERSION=$version"
 echo "LLAMA_CPP_COMMIT=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)"
 echo "LLAMA_BENCH=$bench_bin"
 echo "LLAMA_QUANTIZE=$quant_bin"
-echo "LLAMA_PERPLEXITY=$ppl_bin"
+echo "LLAMA_PERPLEXITY=$build/bin/llama-perplexity"
+echo "LLAMA_SERVER=$build/bin/llama-server"
+echo "LLAMA_BATCHED_BENCH=$build/bin/llama-batched-bench"
+echo "LLAMA_TOKENIZE=$build/bin/llama-tokenize"
 echo "LLAMA_F32_GGUF=$f32"
 [ -f "$bf16_gguf" ] && echo "LLAMA_BF16_GGUF=$bf16_gguf"
 exit 0

@@ -45,7 +45,7 @@ def one_request(url, prompt, max_tokens, model):
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
-    first, last, gaps, tokens = None, None, [], 0
+    first, last, gaps, tokens, usage_tokens = None, None, [], 0, None
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data: "):
@@ -55,9 +55,10 @@ def one_request(url, prompt, max_tokens, model):
             break
         chunk = json.loads(data)
         if chunk.get("usage"):
-            tokens = chunk["usage"]["completion_tokens"]
+            usage_tokens = chunk["usage"]["completion_tokens"]
         if not chunk.get("choices") or not chunk["choices"][0].get("text"):
             continue
+        tokens += 1  # one token per chunk (kvq and llama-server stream token by token)
         now = time.perf_counter()
         if first is None:
             first = now - start
@@ -65,6 +66,8 @@ def one_request(url, prompt, max_tokens, model):
             gaps.append(now - last)
         last = now
     conn.close()
+    if usage_tokens is not None:
+        tokens = usage_tokens
     return first if first is not None else float("nan"), gaps, tokens
 
 
