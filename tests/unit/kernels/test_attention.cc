@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kvq/core/dtype.h"
+#include "kvq/core/threading.h"
 #include "kvq/kernels/cpu/attention.h"
 #include "kvq/kernels/cpu/int8_query.h"
 #include "kvq/kernels/ref/kv_rows_ref.h"
@@ -176,6 +177,33 @@ TEST(Attention, DecodeMatchesReferenceForEverySplit) {
       std::vector<float> got(want.size(), NAN);
       attention(p, q.data(), k.views.data(), v.views.data(), got.data());  // dispatcher
       expect_close(got, want, 2e-5f * v.max_abs(), "dispatch");
+    }
+  }
+}
+
+// How the sequence splits must not depend on the thread count: the same inputs give the same bits
+// on 1, 2 and 3 threads (decode at a length where the dispatcher splits; prefill too). With the
+// thread count in the split a quantized cache turned last-bit merge differences into different
+// greedy answers between `kvq eval` (1 thread) and `kvq serve` (2).
+TEST(Attention, ThreadCountDoesNotChangeResults) {
+  const int saved = num_threads();
+  for (KvFormat storage : {KvFormat::kF32, KvFormat::kINT8, KvFormat::kFP8E4M3}) {
+    for (const Case& c : {Case{9, 3, 64, 1, 4000}, Case{8, 1, 64, 1, 1500},
+                          Case{9, 3, 64, 40, 900}}) {
+      const std::int64_t total = c.past + c.q_len;
+      FakeCache k(storage, c.kv_heads, total, c.head_dim, 11 + total);
+      FakeCache v(storage, c.kv_heads, total, c.head_dim, 12 + total);
+      const auto q = random_q(c, 13, 1.0f);
+      const AttentionParams p{c.heads, c.kv_heads, c.head_dim, c.q_len, c.past, 0.125f};
+      std::vector<std::vector<float>> outs;
+      for (int threads : {1, 2, 3}) {
+        set_num_threads(threads);
+        outs.emplace_back(static_cast<std::size_t>(c.q_len * c.heads * c.head_dim), NAN);
+        attention(p, q.data(), k.views.data(), v.views.data(), outs.back().data());
+      }
+      set_num_threads(saved);
+      EXPECT_EQ(outs[0], outs[1]) << quant::kv_format_name(storage) << " past " << c.past;
+      EXPECT_EQ(outs[0], outs[2]) << quant::kv_format_name(storage) << " past " << c.past;
     }
   }
 }

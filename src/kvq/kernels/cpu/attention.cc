@@ -396,16 +396,17 @@ void attention(const AttentionParams& p, const float* q, const KvRowsView* keys,
     attention_prefill(p, q, keys, values, out);
     return;
   }
-  // Split the sequence only when there is enough of it to pay for the merge and the KV heads
-  // alone cannot keep every thread busy.
+  // The sequence splits into a number of chunks that depends on the shapes only, never on the
+  // thread count, so that a result is the same on 1 thread and on 16 (the partial softmax states
+  // merge in a fixed order; with the thread count in it, a quantized cache turned the merge's
+  // last-bit differences into other greedy answers). kv_heads × splits work items: 48 keep 1, 2,
+  // 3, 4, 6, 8, 12 or 16 threads evenly busy; each chunk holds at least 256 rows, so the merge
+  // (a few hundred floats per chunk) stays far below the chunk's own work.
+  constexpr std::int64_t kDecodeItems = 48, kMinSplitRows = 256;
   const std::int64_t total = p.window > 0 ? std::min(p.past + 1, p.window) : p.past + 1;
-  const std::int64_t threads = num_threads();
-  std::int64_t splits = 1;
-  if (threads > 1 && total >= 512) {
-    splits = std::max<std::int64_t>(1, (2 * threads + p.kv_heads - 1) / p.kv_heads);
-    splits = std::min(splits, total / 256);
-  }
-  attention_decode(p, q, keys, values, out, std::max<std::int64_t>(1, splits));
+  const std::int64_t splits = std::max<std::int64_t>(
+      1, std::min((kDecodeItems + p.kv_heads - 1) / p.kv_heads, total / kMinSplitRows));
+  attention_decode(p, q, keys, values, out, splits);
 }
 
 }  // namespace kvq::kernels
