@@ -5,7 +5,10 @@
 //   added_tokens   every control / unknown token (types 3, 2) as a special token and every
 //                  user-defined one (type 4: "\n", "\n\n", runs of spaces, "<table>", ...) as a
 //                  plain one: llama.cpp cuts them out of the raw text before SPM runs (control
-//                  ones only with parse_special; kvq always recognises special tokens in text);
+//                  ones only with parse_special; kvq always recognises special tokens in text;
+//                  kvq matches them leftmost-longest, llama.cpp longest token first over the
+//                  whole text: the same cut unless the end of one such token can start another,
+//                  which no pair in Gemma 3's vocabulary does — checked, not enforced);
 //   normalizer     Replace(" " -> "▁"), after Prepend("▁") when tokenizer.ggml.add_space_prefix
 //                  (llama.cpp's default for SPM when the key is absent; Gemma: false);
 //   pre_tokenizer  none: each piece of text between added tokens is one SPM piece;
@@ -19,8 +22,9 @@
 // token (same score) are ordered by rank, not position, and the order of merges can change the
 // result. A character outside the vocabulary becomes <0xXX> symbols in tokenizers' BPE before
 // merging, while SPM keeps it as one symbol that may still merge with a neighbour. So the file is
-// marked as kvq's own model type: transformers refuses it by name (instead of loading a
-// tokenizer that splits differently). transformers 5.17's GGUF loader builds a Unigram model
+// marked as kvq's own model type: transformers refuses to load it (tokenizers: "data did not
+// match any variant of untagged enum ModelUntagged") instead of loading a tokenizer that splits
+// differently. transformers 5.17's GGUF loader builds a Unigram model
 // from the same scores, which splits words differently again ("▁c ap it al" for "▁capital").
 #pragma once
 

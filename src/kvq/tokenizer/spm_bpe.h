@@ -24,8 +24,8 @@
 
 namespace kvq::tok {
 
-// The tokenizer.json "model" type of this model. Not a Hugging Face type: tokenizers refuses it
-// by name rather than loading a different tokenizer.
+// The tokenizer.json "model" type of this model. Not a Hugging Face type: tokenizers refuses the
+// file rather than loading a different tokenizer.
 inline constexpr std::string_view kSpmBpeModelType = "KvqSentencePieceBPE";
 
 class SpmBpe {
