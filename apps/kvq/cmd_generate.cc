@@ -75,9 +75,12 @@ void run_generate(const GenerateArgs& a) {
     messages.push_back({"user", a.prompt});
     text = tokenizer.apply_chat_template(messages, /*add_generation_prompt=*/true);
   }
-  // The chat template already holds every special token; plain prompts get none (SmolLM2 and
-  // the GGUF conversions have add_bos_token = false; the engine goldens tokenize this way).
+  // The tokenizer's BOS first when it adds one (Gemma; SmolLM2 adds none), unless the text
+  // already starts with it (a chat template writes {{ bos_token }}, or "<bos>" in --prompt).
   std::vector<std::int32_t> ids = tokenizer.encode(text, /*add_special_tokens=*/false);
+  if (const auto bos = tokenizer.add_bos_id(); bos && (ids.empty() || ids.front() != *bos)) {
+    ids.insert(ids.begin(), *bos);
+  }
   if (ids.empty()) fail<InvalidArgument>("--prompt tokenizes to no tokens");
 
   const std::int64_t ctx = a.ctx > 0 ? a.ctx : llm.config().max_position_embeddings;

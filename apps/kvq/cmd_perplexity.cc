@@ -22,7 +22,7 @@ namespace {
 struct PerplexityArgs {
   std::string model_dir, text_file, kv_cache = "auto", weights = "f32";
   std::int64_t ctx = 2048, stride = 0, max_windows = 0, batch = 1, decode_from = 0;
-  bool json = false;
+  bool json = false, llama_cpp_scoring = false;
 };
 
 void run_perplexity(const PerplexityArgs& a) {
@@ -32,6 +32,7 @@ void run_perplexity(const PerplexityArgs& a) {
   opt.max_windows = a.max_windows;
   opt.batch = a.batch;
   opt.decode_from = a.decode_from;
+  opt.score_last_half = a.llama_cpp_scoring;
   const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
   const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
   eval::plan_windows(2, opt.ctx, opt.stride, opt.max_windows);  // flag checks before loading
@@ -61,7 +62,9 @@ void run_perplexity(const PerplexityArgs& a) {
               src.model->config().max_position_embeddings);
   }
   log::info("tokenizing {} ({} bytes)", a.text_file, text.size());
-  const std::vector<std::int32_t> ids = src.tokenizer->encode(text, /*add_special_tokens=*/false);
+  // After the tokenizer's BOS when it adds one; each window then starts with it (perplexity.h).
+  const std::vector<std::int32_t> ids = eval::perplexity_tokens(*src.tokenizer, text);
+  opt.bos = src.tokenizer->add_bos_id();
   if (ids.size() < 2) {
     fail<InvalidArgument>("{}: {} tokens; perplexity needs at least 2", a.text_file, ids.size());
   }
@@ -75,6 +78,8 @@ void run_perplexity(const PerplexityArgs& a) {
     j["ctx"] = opt.ctx;
     j["stride"] = opt.stride;
     j["decode_from"] = opt.decode_from;
+    j["bos"] = opt.bos ? nlohmann::json(*opt.bos) : nlohmann::json(nullptr);
+    j["scored"] = opt.score_last_half ? "last half of each window (llama-perplexity)" : "all";
     j["weights"] = a.weights;
     j.update(runtime::kv_cache_json(kv));
     j["kv_bytes_per_token"] = kv_bytes;
@@ -83,14 +88,17 @@ void run_perplexity(const PerplexityArgs& a) {
   } else {
     std::printf(
         "%s\n",
-        fmt::format("PPL {:.4f}  (mean NLL {:.6f} nats over {} scored tokens; {} windows "
-                    "of ctx {}, stride {}{}; {:.1f} s, {:.0f} tok/s; {} weights; KV cache "
-                    "{}: {} bytes/token)",
-                    r.ppl, r.nll_mean, r.tokens_scored, r.windows, opt.ctx, opt.stride,
-                    opt.decode_from > 0
-                        ? fmt::format(", decoded one token at a time after {}", opt.decode_from)
-                        : "",
-                    r.seconds, r.tokens_per_second, a.weights, kv.describe(), kv_bytes)
+        fmt::format(
+            "PPL {:.4f}  (mean NLL {:.6f} nats over {} scored tokens; {} windows "
+            "of ctx {}, stride {}{}{}; {:.1f} s, {:.0f} tok/s; {} weights; KV cache "
+            "{}: {} bytes/token)",
+            r.ppl, r.nll_mean, r.tokens_scored, r.windows, opt.ctx, opt.stride,
+            fmt::format("{}{}", opt.bos ? fmt::format(", each starting with BOS {}", *opt.bos) : "",
+                        opt.score_last_half ? ", last half scored (llama-perplexity)" : ""),
+            opt.decode_from > 0
+                ? fmt::format(", decoded one token at a time after {}", opt.decode_from)
+                : "",
+            r.seconds, r.tokens_per_second, a.weights, kv.describe(), kv_bytes)
             .c_str());
   }
 }
@@ -102,8 +110,11 @@ void register_perplexity(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "perplexity",
       "Perplexity on a text file. The file is read as raw bytes (CRLF kept) and tokenized once\n"
-      "without special tokens. Window i feeds tokens [i*stride, i*stride + ctx) from a fresh\n"
-      "cache. stride == ctx (default): disjoint windows, each scoring its ctx-1 predicted tokens.\n"
+      "without special tokens, after the tokenizer's BOS when it adds one (Gemma; SmolLM2 adds\n"
+      "none). Window i feeds tokens [i*stride, i*stride + ctx) from a fresh cache, its first\n"
+      "token replaced by BOS when the tokenizer adds one (llama-perplexity's convention; it\n"
+      "scores only the last half of each window, kvq all of it).\n"
+      "stride == ctx (default): disjoint windows, each scoring its ctx-1 predicted tokens.\n"
       "stride < ctx (Hugging Face strided): the first window scores ctx-1 tokens, every later\n"
       "window only its last `stride` targets. The last window is the first reaching the end of\n"
       "the text. PPL = exp(sum NLL / scored tokens), log-softmax in float64.\n"
@@ -143,6 +154,11 @@ void register_perplexity(CLI::App& app) {
                   "Weight dtype: f32, or bf16 (Linear weights and embeddings converted to bf16 at\n"
                   "load, half the bytes per decode step; activations and sums stay fp32)")
       ->capture_default_str();
+  cmd->add_flag(
+      "--llama-cpp-scoring", a->llama_cpp_scoring,
+      "Score only each window's last ctx/2 - 1 tokens and drop a partial last window, as\n"
+      "llama.cpp's llama-perplexity does (its -c is --ctx, its --chunks --max-windows),\n"
+      "so the two numbers compare; needs --stride 0 (= ctx)");
   cmd->add_flag("--json", a->json, "Print the result as JSON");
   cmd->callback([a] { run_perplexity(*a); });
 }

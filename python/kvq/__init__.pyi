@@ -163,6 +163,7 @@ def perplexity(
     batch: int = 1,
     decode_from: int = 0,
     kv_cache: str = "auto",
+    llama_cpp_scoring: bool = False,
 ) -> dict[str, Any]: ...
 def compare(
     model: Union[Model, PathLike],

@@ -168,8 +168,10 @@ pyb::dict generate(const ModelPtr& s, pyb::handle prompt, std::int64_t max_new_t
 
 pyb::dict perplexity(pyb::handle model_arg, pyb::handle text_file, pyb::object text,
                      std::int64_t ctx, std::int64_t stride, std::int64_t max_windows,
-                     std::int64_t batch, std::int64_t decode_from, const std::string& kv_cache) {
+                     std::int64_t batch, std::int64_t decode_from, const std::string& kv_cache,
+                     bool llama_cpp_scoring) {
   eval::PerplexityOptions opt;
+  opt.score_last_half = llama_cpp_scoring;
   opt.ctx = ctx;
   opt.stride = stride == 0 ? ctx : stride;
   opt.max_windows = max_windows;
@@ -194,7 +196,8 @@ pyb::dict perplexity(pyb::handle model_arg, pyb::handle text_file, pyb::object t
   const model::KvCacheConfig kv =
       runtime::resolve_kv_cache(kv_cache, model->src.lifecycle.get(), model->src.dir.string());
   opt.kv_cache = kv;
-  const std::vector<std::int32_t> ids = model->tokenizer().encode(content, false);
+  const std::vector<std::int32_t> ids = eval::perplexity_tokens(model->tokenizer(), content);
+  opt.bos = model->tokenizer().add_bos_id();  // each window starts with it (perplexity.h)
   if (ids.size() < 2)
     fail<InvalidArgument>("{}: {} tokens; perplexity needs at least 2", name, ids.size());
   eval::PerplexityResult r;
@@ -206,6 +209,8 @@ pyb::dict perplexity(pyb::handle model_arg, pyb::handle text_file, pyb::object t
   j["ctx"] = opt.ctx;
   j["stride"] = opt.stride;
   j["decode_from"] = opt.decode_from;
+  j["bos"] = opt.bos ? nlohmann::json(*opt.bos) : nlohmann::json(nullptr);
+  j["scored"] = opt.score_last_half ? "last half of each window (llama-perplexity)" : "all";
   j["weights"] = model->weights;
   j.update(runtime::kv_cache_json(kv));
   j["kv_bytes_per_token"] = runtime::kv_bytes_per_token(model->lm(), kv);
@@ -269,9 +274,10 @@ void bind_run(pyb::module_& m) {
   m.def("perplexity", &perplexity, a::arg("model"), a::arg("text_file") = a::none(), a::kw_only(),
         a::arg("text") = a::none(), a::arg("ctx") = 2048, a::arg("stride") = 0,
         a::arg("max_windows") = 0, a::arg("batch") = 1, a::arg("decode_from") = 0,
-        a::arg("kv_cache") = "auto",
+        a::arg("kv_cache") = "auto", a::arg("llama_cpp_scoring") = false,
         "Perplexity of `model` on a text file (or `text`), Hugging Face windowing, as `kvq\n"
-        "perplexity --json`: returns its dict (ppl, nll, window_nll_sum, kv_cache, ...).");
+        "perplexity --json`: returns its dict (ppl, nll, window_nll_sum, kv_cache, ...).\n"
+        "llama_cpp_scoring: score each window's last ctx/2 - 1 tokens, as llama-perplexity.");
   m.def("compare", &compare, a::arg("model"), a::arg("schemes") = a::none(), a::kw_only(),
         a::arg("out_dir") = "kvq-compare", a::arg("data_dir") = "../shared/data",
         a::arg("text_file") = a::none(), a::arg("kld") = "topk", a::arg("ctx") = 512,

@@ -260,9 +260,18 @@ Evaluator::Evaluator(EvalOptions options)
   // fp32 keys stay what they were (existing caches remain valid); other dtypes get their own.
   if (o.weights != DType::kF32)
     model_hash_ = hash_str(fmt::format("{}|weights={}", hex(model_hash_), dtype_name(o.weights)));
+  // A tokenizer that adds BOS changes every text window (perplexity.h); the tokenizer itself
+  // enters the key then too (a re-conversion that tokenizes differently recomputes). Tokenizers
+  // without BOS (SmolLM2) keep the keys they had.
+  if (const auto bos = impl_->src.tokenizer->add_bos_id()) {
+    const fs::path tj = fs::path(o.model_dir) / "tokenizer.json";
+    const std::string bytes = fs::exists(tj) ? io::read_file(tj, "tokenizer") : std::string();
+    model_hash_ = hash_str(
+        fmt::format("{}|bos={}|tokenizer={}", hex(model_hash_), *bos, hex(hash_str(bytes))));
+  }
   if (o.ppl_kld) {
     const auto t0 = std::chrono::steady_clock::now();
-    impl_->tokens = impl_->src.tokenizer->encode(text, false);
+    impl_->tokens = perplexity_tokens(*impl_->src.tokenizer, text);
     log::info("{}: {} tokens ({:.1f} s to tokenize)", text_name(o), impl_->tokens.size(),
               seconds_since(t0));
   }
@@ -365,7 +374,8 @@ const LogitsCache& Evaluator::baseline_logits() {
   log::info("baseline: top-{} distributions over {} windows of {}", o.top_k,
             o.max_windows == 0 ? std::string("all") : std::to_string(o.max_windows), o.ctx);
   impl_->base_logits =
-      build_logits_cache(*impl_->src.model, impl_->tokens, text_kld_options(o), model_hash_, lp);
+      build_logits_cache(*impl_->src.model, impl_->tokens,
+                         text_kld_options(o, impl_->src.tokenizer->add_bos_id()), model_hash_, lp);
   return *impl_->base_logits;
 }
 

@@ -73,8 +73,9 @@ class EvalTask {
 // decode.
 const std::vector<std::unique_ptr<EvalTask>>& eval_tasks();
 
-// The windows of the text pass (the baseline's top-K cache and every scheme's pass).
-KldOptions text_kld_options(const EvalOptions& options);
+// The windows of the text pass (the baseline's top-K cache and every scheme's pass); `bos`: the
+// tokenizer's add_bos_id() (each window's first token fed as it, see perplexity.h).
+KldOptions text_kld_options(const EvalOptions& options, std::optional<std::int32_t> bos);
 
 // A cached JSON file; nullopt when missing or unreadable (with a warning: it is recomputed).
 std::optional<nlohmann::json> read_cache_json(const std::filesystem::path& path);

@@ -92,14 +92,14 @@ std::vector<PerplexityWindow> windows_for(std::span<const std::int32_t> tokens,
 }
 
 // Runs `model` on a window; returns final-norm hidden states [len, hidden].
+// The window's first token is fed as `bos` when set.
 Tensor window_hidden(model::CausalLM& model, std::span<const std::int32_t> tokens,
-                     const PerplexityWindow& w, const model::KvCacheConfig& kv,
+                     const PerplexityWindow& w, std::optional<std::int32_t> bos,
+                     const model::KvCacheConfig& kv,
                      const std::function<void(model::KvCache&)>& prepare = {}) {
   model::KvCache cache = model.make_cache(1, w.end - w.begin, kv);
   if (prepare) prepare(cache);
-  return model.forward_hidden(
-      tokens.subspan(static_cast<std::size_t>(w.begin), static_cast<std::size_t>(w.end - w.begin)),
-      1, cache);
+  return model.forward_hidden(window_ids(tokens, w, bos), 1, cache);
 }
 
 // Calls fn(row, target, logits [rows, vocab]) for each chunk of scored rows of a window.
@@ -370,10 +370,10 @@ KldResult kld_side_by_side(model::CausalLM& base, model::CausalLM& quant,
       out.rows.assign(static_cast<std::size_t>(w.scored()), TokenKl{});
       out.kl_topk.assign(out.rows.size(), 0.0);
       if (options.select_side) options.select_side(false);
-      const Tensor hb = window_hidden(base, tokens, w, options.base_kv);
+      const Tensor hb = window_hidden(base, tokens, w, options.bos, options.base_kv);
       if (options.select_side) options.select_side(true);
-      const Tensor hq =
-          window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
+      const Tensor hq = window_hidden(quant, tokens, w, options.bos, options.quant_kv,
+                                      options.prepare_quant_cache);
       for_each_chunk(
           base, hb, w, options.logits_chunk, lb, [&](std::int64_t r0, std::int64_t rows) {
             const std::int64_t hid = quant.config().hidden_size;
@@ -454,7 +454,7 @@ LogitsCache build_logits_cache(model::CausalLM& base, std::span<const std::int32
        wi < windows.size(); ++wi) {
     const auto& w = windows[wi];
     LogitsCache window_records(header);
-    const Tensor h = window_hidden(base, tokens, w, options.base_kv);
+    const Tensor h = window_hidden(base, tokens, w, options.bos, options.base_kv);
     for_each_chunk(
         base, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
 #pragma omp parallel for schedule(dynamic, 8) if (rows * vocab >= kParallelMin)
@@ -516,8 +516,8 @@ KldResult kld_against_cache(model::CausalLM& quant, std::span<const std::int32_t
       out = std::move(*done);
     } else {
       out.rows.resize(static_cast<std::size_t>(w.scored()));
-      const Tensor h =
-          window_hidden(quant, tokens, w, options.quant_kv, options.prepare_quant_cache);
+      const Tensor h = window_hidden(quant, tokens, w, options.bos, options.quant_kv,
+                                     options.prepare_quant_cache);
       for_each_chunk(
           quant, h, w, options.logits_chunk, logits, [&](std::int64_t r0, std::int64_t rows) {
 #pragma omp parallel for schedule(dynamic, 8) if (rows * vocab >= kParallelMin)

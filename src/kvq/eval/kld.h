@@ -58,6 +58,9 @@ struct KldOptions {
   // The caches each side runs with (runtime::resolve_kv_cache makes them; a calibrated config's
   // packed cache quantizes k/v itself, see model/kv_cache.h).
   model::KvCacheConfig base_kv, quant_kv;
+  // The tokenizer's BOS when it adds one: each window's first token is fed as it, on both sides
+  // (perplexity.h; the tokens then come from perplexity_tokens()).
+  std::optional<std::int32_t> bos;
   // Called on every fresh quantized-side cache (tests count the windows run with it).
   std::function<void(model::KvCache&)> prepare_quant_cache;
   // kld_side_by_side: called with false before each window's baseline forward and with true

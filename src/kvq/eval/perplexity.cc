@@ -10,6 +10,7 @@
 #include "kvq/core/error.h"
 #include "kvq/core/progress.h"
 #include "kvq/model/causal_lm.h"
+#include "kvq/tokenizer/tokenizer.h"
 
 namespace kvq::eval {
 
@@ -35,6 +36,22 @@ std::vector<PerplexityWindow> plan_windows(std::int64_t num_tokens, std::int64_t
     if (w.end == num_tokens) break;
   }
   return out;
+}
+
+std::vector<std::int32_t> perplexity_tokens(const tok::Tokenizer& tokenizer,
+                                            std::string_view text) {
+  std::vector<std::int32_t> ids;
+  if (const auto bos = tokenizer.add_bos_id()) ids.push_back(*bos);
+  const std::vector<std::int32_t> plain = tokenizer.encode(text, /*add_special_tokens=*/false);
+  ids.insert(ids.end(), plain.begin(), plain.end());
+  return ids;
+}
+
+std::vector<std::int32_t> window_ids(std::span<const std::int32_t> tokens,
+                                     const PerplexityWindow& w, std::optional<std::int32_t> bos) {
+  std::vector<std::int32_t> ids(tokens.begin() + w.begin, tokens.begin() + w.end);
+  if (bos && !ids.empty()) ids.front() = *bos;
+  return ids;
 }
 
 double token_nll(std::span<const float> logits, std::int32_t target) {
@@ -81,8 +98,18 @@ PerplexityResult perplexity(model::CausalLM& model, std::span<const std::int32_t
   }
   const std::int64_t max_batch = options.decode_from > 0 ? 1 : options.batch;
   const std::int64_t stride = options.stride == 0 ? options.ctx : options.stride;
-  const std::vector<PerplexityWindow> windows =
-      plan_windows(n, options.ctx, stride, options.max_windows);
+  std::vector<PerplexityWindow> windows = plan_windows(n, options.ctx, stride, options.max_windows);
+  if (options.score_last_half) {
+    if (stride != options.ctx) {
+      fail<InvalidArgument>("perplexity: scoring the last half of each window needs stride == ctx");
+    }
+    std::erase_if(windows,
+                  [&](const PerplexityWindow& w) { return w.end - w.begin < options.ctx; });
+    for (PerplexityWindow& w : windows) w.score_begin = w.begin + options.ctx / 2 + 1;
+    if (windows.empty()) {
+      fail<InvalidArgument>("perplexity: {} tokens hold no full window of {}", n, options.ctx);
+    }
+  }
 
   const std::int64_t vocab = model.config().vocab_size;
   const std::int64_t hid = model.config().hidden_size;
@@ -113,6 +140,7 @@ PerplexityResult perplexity(model::CausalLM& model, std::span<const std::int32_t
     std::vector<std::int32_t> ids(static_cast<std::size_t>(batch * len));  // [batch, len]
     for (std::int64_t b = 0; b < batch; ++b) {
       std::copy_n(tokens.begin() + windows[i + b].begin, len, ids.begin() + b * len);
+      if (options.bos) ids[static_cast<std::size_t>(b * len)] = *options.bos;
     }
     const Tensor hidden = forward_window(model, ids, batch, options.decode_from, *cache);
 

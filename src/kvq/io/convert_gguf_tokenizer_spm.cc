@@ -12,8 +12,13 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::int64_t kTokenControl = 3;  // llama.cpp's llama_token_type
-constexpr const char* kSpace = "\u2581";   // SentencePiece's "▁"
+// llama.cpp's llama_token_type.
+constexpr std::int64_t kTokenUnknown = 2;
+constexpr std::int64_t kTokenControl = 3;
+constexpr std::int64_t kTokenUserDefined = 4;
+constexpr const char* kSpace = "\u2581";  // SentencePiece's "▁"
+// tokenizer/spm_bpe.h's kSpmBpeModelType (io sits below tokenizer; a unit test checks they agree).
+constexpr const char* kModelType = "KvqSentencePieceBPE";
 
 struct SpmVocab {
   std::vector<std::string> tokens;
@@ -47,33 +52,6 @@ SpmVocab read_spm_vocab(const GgufFile& gguf) {
   return v;
 }
 
-// Python's str.isspace() for one code point (what GGUFGemmaConverter's strip() removes).
-bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
-}
-
-// The token as GGUFGemmaConverter.vocab spells it.
-std::string hf_spelling(const std::string& token) {
-  if (token == "<0x09>") return "\t";
-  if (token.find(' ') == std::string::npos) return token;
-  std::size_t code_points = 0;
-  for (std::size_t i = 0; i < token.size();) {
-    char32_t c = 0;
-    const auto lead = static_cast<unsigned char>(token[i]);
-    const std::size_t len = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : 4;
-    c = len == 1 ? lead : lead & (0x7F >> len);
-    for (std::size_t k = 1; k < len; ++k) c = (c << 6) | (token[i + k] & 0x3F);
-    if (!is_python_space(c)) return token;
-    ++code_points;
-    i += len;
-  }
-  std::string out;
-  for (std::size_t k = 0; k < code_points; ++k) out += kSpace;
-  return out;
-}
-
 std::optional<std::int64_t> special_id(const GgufFile& gguf, const SpmVocab& v, const char* key) {
   const auto id = gguf.find_u32(key);
   if (!id) return std::nullopt;
@@ -84,9 +62,9 @@ std::optional<std::int64_t> special_id(const GgufFile& gguf, const SpmVocab& v, 
   return *id;
 }
 
-json added_token(std::int64_t id, const std::string& content) {
+json added_token(std::int64_t id, const std::string& content, bool special) {
   return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
-          {"rstrip", false}, {"normalized", false}, {"special", true}};
+          {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
 json string_pattern(const char* s) { return {{"String", s}}; }
@@ -98,16 +76,19 @@ json gguf_spm_tokenizer_json(const GgufFile& gguf) {
   json vocab = json::array();
   json added = json::array();
   for (std::size_t i = 0; i < v.tokens.size(); ++i) {
-    vocab.push_back(json::array({hf_spelling(v.tokens[i]), v.scores[i]}));
-    if (v.types[i] == kTokenControl) {
-      added.push_back(added_token(static_cast<std::int64_t>(i), v.tokens[i]));
+    vocab.push_back(json::array({v.tokens[i], v.scores[i]}));
+    const std::int64_t type = v.types[i];
+    if (type == kTokenControl || type == kTokenUnknown || type == kTokenUserDefined) {
+      added.push_back(added_token(static_cast<std::int64_t>(i), v.tokens[i],
+                                  /*special=*/type != kTokenUserDefined));
     }
   }
   const auto unk = special_id(gguf, v, "tokenizer.ggml.unknown_token_id");
   const auto bos = special_id(gguf, v, "tokenizer.ggml.bos_token_id");
   json single = json::array();
   json special_tokens = json::object();
-  if (bos && gguf.find_bool("tokenizer.ggml.add_bos_token").value_or(false)) {
+  // llama.cpp's defaults for an SPM vocabulary when the GGUF does not say.
+  if (bos && gguf.find_bool("tokenizer.ggml.add_bos_token").value_or(true)) {
     const std::string& b = v.tokens[static_cast<std::size_t>(*bos)];
     single.push_back({{"SpecialToken", {{"id", b}, {"type_id", 0}}}});
     special_tokens[b] = {{"id", b}, {"ids", json::array({*bos})}, {"tokens", json::array({b})}};
@@ -115,7 +96,14 @@ json gguf_spm_tokenizer_json(const GgufFile& gguf) {
   single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
   json pair = single;
   pair.push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
-  json model = {{"type", "Unigram"},
+  json normalizer = {{"type", "Replace"}, {"pattern", string_pattern(" ")}, {"content", kSpace}};
+  if (gguf.find_bool("tokenizer.ggml.add_space_prefix").value_or(true)) {
+    // llama.cpp puts " " before every piece of text between special tokens (and at the start).
+    normalizer = {{"type", "Sequence"},
+                  {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", kSpace}},
+                                               std::move(normalizer)})}};
+  }
+  json model = {{"type", kModelType},
                 {"unk_id", unk ? json(*unk) : json(nullptr)},
                 {"vocab", std::move(vocab)},
                 {"byte_fallback", true}};
@@ -124,12 +112,8 @@ json gguf_spm_tokenizer_json(const GgufFile& gguf) {
       {"truncation", nullptr},
       {"padding", nullptr},
       {"added_tokens", std::move(added)},
-      {"normalizer", {{"type", "Replace"}, {"pattern", string_pattern(" ")}, {"content", kSpace}}},
-      {"pre_tokenizer",
-       {{"type", "Split"},
-        {"pattern", string_pattern(" ")},
-        {"behavior", "MergedWithPrevious"},
-        {"invert", false}}},
+      {"normalizer", std::move(normalizer)},
+      {"pre_tokenizer", nullptr},
       {"post_processor",
        {{"type", "TemplateProcessing"},
         {"single", std::move(single)},
@@ -146,11 +130,11 @@ json gguf_spm_tokenizer_json(const GgufFile& gguf) {
 
 json gguf_spm_tokenizer_config_json(const GgufFile& gguf) {
   const SpmVocab v = read_spm_vocab(gguf);
-  json j = {{"add_bos_token", gguf.find_bool("tokenizer.ggml.add_bos_token").value_or(false)},
+  json j = {{"add_bos_token", gguf.find_bool("tokenizer.ggml.add_bos_token").value_or(true)},
             {"add_eos_token", gguf.find_bool("tokenizer.ggml.add_eos_token").value_or(false)},
             {"clean_up_tokenization_spaces", false},
             // Not GemmaTokenizer: transformers 5 rebuilds that class's model itself (a BPE with
-            // no merges: one token per character), ignoring the Unigram model written here.
+            // no merges: one token per character), ignoring the model written here.
             {"tokenizer_class", "PreTrainedTokenizerFast"}};
   const auto set_token = [&](const char* name, const char* key) {
     const auto id = special_id(gguf, v, key);

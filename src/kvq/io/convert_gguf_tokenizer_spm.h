@@ -1,16 +1,31 @@
-// Hugging Face tokenizer files from a SentencePiece GGUF vocabulary (tokenizer.ggml.model =
-// "llama": tokens, scores, token types) of a Gemma model: what transformers' GGUF loader builds
-// for it (GGUFGemmaConverter) — a Unigram model over (token, score) with byte fallback,
-// normalizer Replace(" " -> "▁"), pre-tokenizer Split(" ", MergedWithPrevious), decoder
-// Replace("▁" -> " ") + ByteFallback + Fuse; the same vocabulary edits ("<0x09>" is spelled
-// "\t", all-whitespace tokens with a space are spelled as that many "▁").
+// Hugging Face-style tokenizer files from a SentencePiece GGUF vocabulary (tokenizer.ggml.model =
+// "llama": tokens, scores, token types) of a Gemma model, tokenizing as llama.cpp does:
+//   model          "KvqSentencePieceBPE" (tokenizer/spm_bpe.h): the GGUF's tokens as they are
+//                  spelled there, with their float32 scores, in id order; unk_id; byte fallback;
+//   added_tokens   every control / unknown token (types 3, 2) as a special token and every
+//                  user-defined one (type 4: "\n", "\n\n", runs of spaces, "<table>", ...) as a
+//                  plain one: llama.cpp cuts them out of the raw text before SPM runs (control
+//                  ones only with parse_special; kvq always recognises special tokens in text;
+//                  kvq matches them leftmost-longest, llama.cpp longest token first over the
+//                  whole text: the same cut unless the end of one such token can start another,
+//                  which no pair in Gemma 3's vocabulary does — checked, not enforced);
+//   normalizer     Replace(" " -> "▁"), after Prepend("▁") when tokenizer.ggml.add_space_prefix
+//                  (llama.cpp's default for SPM when the key is absent; Gemma: false);
+//   pre_tokenizer  none: each piece of text between added tokens is one SPM piece;
+//   post_processor <bos> first when tokenizer.ggml.add_bos_token (default true, as llama.cpp);
+//   decoder        Replace("▁" -> " ") + ByteFallback + Fuse (kvq decodes by itself).
 //
-// Two deliberate differences from transformers 5.17's GGUF tokenizer (which keeps only
-// bos/eos/unk/pad/mask as added tokens and never adds <bos>): every control token (type 3:
-// <start_of_turn>, <end_of_turn>, <unusedN>, ...) is an added special token, so chat markup is
-// one token, and the post-processor puts <bos> first when the GGUF says
-// tokenizer.ggml.add_bos_token (as llama.cpp and the original Gemma tokenizer do). Plain text
-// encoded without special tokens gives the same ids.
+// Why not the Hugging Face model a real Gemma tokenizer.json has (GemmaTokenizerFast: "BPE" with
+// merges ranked by score, byte_fallback): tokenizers' BPE cannot be made exactly equal to the SPM
+// algorithm. SPM merges by the score of the merged token and breaks ties by position; a merge
+// list gives every (left, right) pair its own rank, so two different pairs that make the same
+// token (same score) are ordered by rank, not position, and the order of merges can change the
+// result. A character outside the vocabulary becomes <0xXX> symbols in tokenizers' BPE before
+// merging, while SPM keeps it as one symbol that may still merge with a neighbour. So the file is
+// marked as kvq's own model type: transformers refuses to load it (tokenizers: "data did not
+// match any variant of untagged enum ModelUntagged") instead of loading a tokenizer that splits
+// differently. transformers 5.17's GGUF loader builds a Unigram model
+// from the same scores, which splits words differently again ("▁c ap it al" for "▁capital").
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -14,6 +14,7 @@
 #include "kvq/tokenizer/bpe.h"
 #include "kvq/tokenizer/byte_level.h"
 #include "kvq/tokenizer/pre_tokenizer.h"
+#include "kvq/tokenizer/spm_bpe.h"
 #include "kvq/tokenizer/unigram.h"
 
 namespace kvq::tok {
@@ -110,12 +111,16 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
   try {
     const json& model = j.at("model");
     const std::string type = model.value("type", std::string("BPE"));
-    if (type != "BPE" && type != "Unigram") {
-      fail<NotSupported>("{}: model type {} not supported; supported: BPE (byte-level), Unigram",
-                         where, type);
+    if (type != "BPE" && type != "Unigram" && type != kSpmBpeModelType) {
+      fail<NotSupported>(
+          "{}: model type {} not supported; supported: BPE (byte-level), Unigram, {} (kvq's "
+          "SentencePiece BPE)",
+          where, type, kSpmBpeModelType);
     }
+    const bool spm = type == kSpmBpeModelType;
     const bool unigram = type == "Unigram";
-    if (!unigram) {
+    const bool scored_vocab = unigram || spm;  // vocab: [[token, score], ...] in id order
+    if (!scored_vocab) {
       for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
         if (model.contains(key) && !model[key].is_null()) {
           fail<NotSupported>("{}: BPE {} not supported (byte-level BPE only)", where, key);
@@ -128,7 +133,7 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
     }
     normalizer_ = Normalizer::from_json(j.value("normalizer", json()), where);
     pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()), where);
-    if (!unigram && !pre_tokenizer_->is_byte_level()) {
+    if (!scored_vocab && !pre_tokenizer_->is_byte_level()) {
       fail<NotSupported>(
           "{}: pre_tokenizer has no ByteLevel step; supported: BPE (byte-level) tokenizers", where);
     }
@@ -143,20 +148,20 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
       return static_cast<int32_t>(id.get<std::int64_t>());
     };
     std::unordered_map<std::string, int32_t> vocab;
-    std::vector<std::pair<std::string, double>> scored;  // Unigram: (token, score) by id
+    std::vector<std::pair<std::string, double>> scored;  // scored_vocab: (token, score) by id
     int32_t max_id = -1;
-    if (unigram) {
+    if (scored_vocab) {
       const json& list = model.at("vocab");
       if (!list.is_array() || static_cast<std::int64_t>(list.size()) >= kMaxTokenId) {
-        fail<FormatError>("{}: Unigram vocab is not a list of [token, score] under {} entries",
-                          where, kMaxTokenId);
+        fail<FormatError>("{}: {} vocab is not a list of [token, score] under {} entries", where,
+                          type, kMaxTokenId);
       }
       scored.reserve(list.size());
       vocab.reserve(list.size());
       for (const json& entry : list) {
         if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() ||
             !entry[1].is_number()) {
-          fail<FormatError>("{}: Unigram vocab entry {} is not [token, score]", where,
+          fail<FormatError>("{}: {} vocab entry {} is not [token, score]", where, type,
                             scored.size());
         }
         scored.emplace_back(entry[0].get<std::string>(), entry[1].get<double>());
@@ -173,7 +178,7 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
     }
     std::vector<std::pair<std::string, std::string>> merges;
     merges.reserve(model.value("merges", json::array()).size());
-    for (const json& m : unigram ? json::array() : model.value("merges", json::array())) {
+    for (const json& m : scored_vocab ? json::array() : model.value("merges", json::array())) {
       if (m.is_string()) {
         const std::string s = m.get<std::string>();
         size_t space = s.find(' ');
@@ -218,7 +223,7 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
 
     id_to_token_.assign(static_cast<size_t>(max_id) + 1, std::string());
     special_.assign(id_to_token_.size(), 0);
-    if (unigram) {
+    if (scored_vocab) {
       for (size_t id = 0; id < scored.size(); ++id) id_to_token_[id] = scored[id].first;
     } else {
       for (const auto& [token, id] : vocab) id_to_token_[static_cast<size_t>(id)] = token;
@@ -232,12 +237,12 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
     id_to_bytes_.resize(id_to_token_.size());
     for (size_t id = 0; id < id_to_token_.size(); ++id) {
       const std::string& tok = id_to_token_[id];
-      if (options.byte_fallback && tok.size() == 6 && tok.starts_with("<0x") && tok[5] == '>' &&
-          std::isxdigit(static_cast<unsigned char>(tok[3])) &&
+      if ((options.byte_fallback || spm) && tok.size() == 6 && tok.starts_with("<0x") &&
+          tok[5] == '>' && std::isxdigit(static_cast<unsigned char>(tok[3])) &&
           std::isxdigit(static_cast<unsigned char>(tok[4]))) {
         id_to_bytes_[id] =
             std::string(1, static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16)));
-      } else if (unigram) {
+      } else if (scored_vocab) {
         id_to_bytes_[id] = replace_all(tok, "\u2581", " ");  // Gemma's Replace decoder
       } else {
         id_to_bytes_[id] = byte_level_decode(tok);
@@ -259,12 +264,16 @@ void Tokenizer::load_json(const std::filesystem::path& path) {
         fail<FormatError>("{}: post_processor id {} out of range", where, id);
       }
     }
-    if (unigram) {
+    if (scored_vocab) {
       std::optional<int32_t> unk_id;
       if (model.contains("unk_id") && !model["unk_id"].is_null()) {
         unk_id = token_id(model["unk_id"], "unk_id");
       }
-      unigram_ = std::make_unique<Unigram>(scored, unk_id, options.byte_fallback, where);
+      if (spm) {
+        spm_ = std::make_unique<SpmBpe>(scored, unk_id, where);
+      } else {
+        unigram_ = std::make_unique<Unigram>(scored, unk_id, options.byte_fallback, where);
+      }
     } else {
       bpe_ = std::make_unique<Bpe>(vocab, merges, options, where);
     }
@@ -377,7 +386,9 @@ void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) c
   for (const Span& p : pieces) {
     if (p.end <= p.begin) continue;
     const std::string_view piece = text.substr(p.begin, p.end - p.begin);
-    if (unigram_) {
+    if (spm_) {
+      spm_->encode(piece, out);
+    } else if (unigram_) {
       unigram_->encode(piece, out);
     } else {
       bpe_->encode(piece, out);

@@ -1,26 +1,33 @@
-// A Hugging Face tokenizer.json tokenizer, of one of two models:
+// A Hugging Face tokenizer.json tokenizer, of one of three models:
 //   byte-level BPE (bpe.h) — Llama-3, GPT-2, Qwen, SmolLM2;
-//   Unigram with byte fallback (unigram.h) — what transformers builds from a SentencePiece GGUF
-//   vocabulary (Gemma) and `kvq convert` writes.
+//   Unigram with byte fallback (unigram.h) — T5-style SentencePiece Unigram models;
+//   KvqSentencePieceBPE (spm_bpe.h) — kvq's own type for a SentencePiece-BPE vocabulary with
+//   scores, run as llama.cpp's SPM tokenizer; what `kvq convert` writes for a Gemma GGUF.
 //
 // Supported (anything else fails at load with NotSupported saying what is supported):
 //   model          BPE over the ByteLevel alphabet (merges as "a b" strings or [a, b] pairs;
-//                  ignore_merges, byte_fallback, unk_token, fuse_unk), or Unigram (vocab of
-//                  [token, score], unk_id, byte_fallback)
-//   normalizer     null, Replace (String pattern), Sequence of those (normalizer.h)
+//                  ignore_merges, byte_fallback, unk_token, fuse_unk), Unigram (vocab of
+//                  [token, score], unk_id, byte_fallback) or KvqSentencePieceBPE (vocab of
+//                  [token, score], unk_id; byte fallback always)
+//   normalizer     null, Replace (String pattern), Prepend, Sequence of those (normalizer.h)
 //   pre_tokenizer  ByteLevel, Digits, Split, Sequence (see pre_tokenizer.h); a BPE model needs
 //                  a ByteLevel step
 //   post_processor null, ByteLevel, TemplateProcessing (special tokens around "A" when
 //                  add_special_tokens is true), Sequence of those
 //   decoder        ignored: ids decode to the exact bytes of their tokens (BPE: the ByteLevel
-//                  decoder; Unigram: "▁" -> " ", as Gemma's Replace decoder; "<0xXX>"
-//                  byte-fallback tokens decode to their byte), without tokenizers' lossy UTF-8
-//                  repair. transformers' clean_up_tokenization_spaces is NOT applied.
+//                  decoder; Unigram / KvqSentencePieceBPE: "▁" -> " ", as Gemma's Replace
+//                  decoder; "<0xXX>" byte-fallback tokens decode to their byte), without
+//                  tokenizers' lossy UTF-8 repair. transformers' clean_up_tokenization_spaces is
+//                  NOT applied.
 //   added_tokens   matched in the raw text before normalization and pre-tokenization, leftmost
 //                  then longest; lstrip / rstrip / single_word honoured; `normalized: true` is
 //                  refused when the tokenizer has a normalizer.
 // from_dir() also reads tokenizer_config.json (bos/eos tokens, chat_template) and
 // chat_template.jinja (transformers >= 4.43 writes the template there; it wins).
+//
+// BOS: what encode(text, true) puts first is the post-processor's (tokenizer.json), as
+// transformers' tokenizer(text) does; add_bos_id() says whether that is a token, and the
+// commands that feed plain text (perplexity, compare, eval, generate) follow it.
 #pragma once
 
 #include <array>
@@ -41,6 +48,7 @@ namespace kvq::tok {
 
 class Bpe;
 class PreTokenizer;
+class SpmBpe;
 class Unigram;
 
 class Tokenizer {
@@ -72,6 +80,11 @@ class Tokenizer {
 
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
+  // The token encode(text, true) puts first (the post-processor's first special token: <bos>
+  // for Gemma, Llama 3), nullopt when it puts none (SmolLM2).
+  std::optional<int32_t> add_bos_id() const {
+    return prefix_ids_.empty() ? std::nullopt : std::optional<int32_t>(prefix_ids_.front());
+  }
   // The Jinja chat template text ("" when the model has none).
   const std::string& chat_template() const { return chat_template_text_; }
   // The recognised template with the tokenizer's bos/eos tokens: the one way kvq renders chats.
@@ -93,9 +106,10 @@ class Tokenizer {
   // Appends the ids of text without added tokens in it.
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
 
-  // Exactly one of the two models is set.
+  // Exactly one of the three models is set.
   std::unique_ptr<Bpe> bpe_;
   std::unique_ptr<Unigram> unigram_;
+  std::unique_ptr<SpmBpe> spm_;
   Normalizer normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::vector<std::string> id_to_token_;  // as spelled in tokenizer.json; "" for holes

@@ -5,9 +5,10 @@
 // (min score − 10), fused runs of unknown characters and byte fallback ("<0xXX>" tokens for the
 // bytes of an unknown run, or unk when one of them is missing).
 //
-// transformers builds this model from a SentencePiece GGUF vocabulary (tokenizer.ggml.model =
-// "llama": Gemma), scores = the GGUF's tokenizer.ggml.scores; kvq reads the tokenizer.json that
-// `kvq convert` writes from it.
+// For Hugging Face Unigram tokenizers (T5-style SentencePiece Unigram models). transformers also
+// builds this model from a SentencePiece-BPE GGUF vocabulary (Gemma), which then splits words
+// unlike llama.cpp and the model's own tokenizer; `kvq convert` writes spm_bpe.h's model for such
+// a GGUF instead, so no converted model uses this one (kept, unit-tested on hand-built files).
 #pragma once
 
 #include <array>

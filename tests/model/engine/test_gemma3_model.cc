@@ -1,10 +1,12 @@
 // The engine on the converted gemma-3-270m (base; scripts/fetch-model.sh --gemma; skipped when
 // absent) against transformers loading the same GGUF in fp32 (tests/data/engine/
-// gemma3_golden.json, tools/reference/make_gemma_model_goldens.py).
+// gemma3_golden.json, tools/reference/make_gemma_model_goldens.py), on llama.cpp's token ids
+// (which kvq's tokenizer gives).
 //
 // Tolerances: logits 2e-3 max abs (18 layers, 262144-way lm_head, fp32 with different summation
 // orders; logits are O(10-30)); logsumexp 2e-3; perplexity 0.1 % relative on 2 windows of 1024
-// tokens (past the 512-token sliding window), the text tokenized by kvq itself.
+// tokens (past the 512-token sliding window), the text tokenized by kvq itself, each window
+// starting with <bos> as `kvq perplexity` feeds it (eval/perplexity.h).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -50,8 +52,8 @@ TEST_F(Gemma3Model, PromptLogitsMatchTransformers) {
   double worst = 0.0, worst_lse = 0.0;
   for (const json& p : golden_->at("prompts")) {
     const auto prompt = p.at("ids").get<std::vector<std::int32_t>>();
-    // The reference's ids are <bos> + its tokenizer's; kvq's tokenizer gives the same.
-    std::vector<std::int32_t> mine = {2};
+    // The reference's ids are <bos> + llama.cpp's; kvq's tokenizer gives the same.
+    std::vector<std::int32_t> mine = {tokenizer.add_bos_id().value()};
     for (std::int32_t id : tokenizer.encode(p.at("text").get<std::string>())) mine.push_back(id);
     EXPECT_EQ(mine, prompt);
     KvCache cache = model_->make_cache(1, static_cast<std::int64_t>(prompt.size()));
@@ -88,16 +90,22 @@ TEST_F(Gemma3Model, WikitextPerplexityMatchesTransformers) {
   const std::int64_t ctx = g.at("ctx").get<std::int64_t>();
   const std::int64_t windows = g.at("windows").get<std::int64_t>();
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(test::gemma_model_dir());
-  const std::vector<std::int32_t> all = tokenizer.encode(
+  const std::vector<std::int32_t> text = tokenizer.encode(
       test::read_bytes(test::shared_data_dir() / "wikitext-2-raw" / "wiki.test.raw"));
-  ASSERT_EQ(static_cast<std::int64_t>(all.size()), g.at("file_tokens").get<std::int64_t>());
+  ASSERT_EQ(static_cast<std::int64_t>(text.size()), g.at("file_tokens").get<std::int64_t>());
+  // The stream is <bos> + the text; each window's first token is fed as <bos>.
+  const std::int32_t bos = g.at("bos").get<std::int32_t>();
+  ASSERT_EQ(tokenizer.add_bos_id(), bos);
+  std::vector<std::int32_t> all = {bos};
+  all.insert(all.end(), text.begin(), text.end());
   const std::int64_t vocab = model_->config().vocab_size;
   constexpr std::int64_t kChunk = 128;  // logits rows per lm_head call (bounds memory)
   std::vector<float> logits(static_cast<std::size_t>(kChunk * vocab));
   const auto want = g.at("window_nll_sum").get<std::vector<double>>();
   double total = 0.0;
   for (std::int64_t w = 0; w < windows; ++w) {
-    const std::span<const std::int32_t> win(all.data() + w * ctx, static_cast<std::size_t>(ctx));
+    std::vector<std::int32_t> win(all.begin() + w * ctx, all.begin() + (w + 1) * ctx);
+    win.front() = bos;
     EXPECT_EQ(
         std::vector<std::int32_t>(win.begin(), win.begin() + 8),
         g.at("window_first_ids")[static_cast<std::size_t>(w)].get<std::vector<std::int32_t>>());

@@ -195,6 +195,57 @@ TEST_F(TinyPerplexity, BatchAndChunkingDoNotChangeTheResult) {
   }
 }
 
+// options.bos: every window's first token is fed as BOS (llama-perplexity's convention). That is
+// the same as writing BOS at each window's start into the stream: a window's first token is
+// never one of its targets, so the scored targets do not change.
+TEST_F(TinyPerplexity, BosReplacesEachWindowsFirstToken) {
+  std::vector<std::int32_t> ids = p1_;
+  ids.insert(ids.end(), p0_.begin(), p0_.end());  // 20 tokens: two windows of 10
+  constexpr std::int32_t kBos = 1;
+  PerplexityOptions opt;
+  opt.ctx = 10;
+  opt.progress = false;
+  std::vector<std::int32_t> written = ids;
+  written[0] = written[10] = kBos;
+  const PerplexityResult want = perplexity(*model_, written, opt);
+  opt.bos = kBos;
+  const PerplexityResult got = perplexity(*model_, ids, opt);
+  ASSERT_EQ(got.windows, 2);
+  EXPECT_EQ(got.tokens_scored, want.tokens_scored);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(got.window_nll_sum[i], want.window_nll_sum[i]);
+  const PerplexityResult plain = perplexity(*model_, ids, PerplexityOptions{.ctx = 10});
+  EXPECT_NE(plain.window_nll_sum[1], got.window_nll_sum[1]);  // window 1 did change
+  opt.batch = 2;
+  const PerplexityResult batched = perplexity(*model_, ids, opt);
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(batched.window_nll_sum[i], want.window_nll_sum[i], 1e-4);
+  const PerplexityWindow w{.begin = 10, .end = 14, .score_begin = 11};
+  EXPECT_EQ(window_ids(ids, w, kBos), (std::vector<std::int32_t>{kBos, ids[11], ids[12], ids[13]}));
+  EXPECT_EQ(window_ids(ids, w, std::nullopt),
+            (std::vector<std::int32_t>{ids[10], ids[11], ids[12], ids[13]}));
+}
+
+// score_last_half (llama-perplexity's scoring): each full window scores its positions
+// [ctx/2 + 1, ctx); a partial tail window is dropped; stride must be ctx.
+TEST_F(TinyPerplexity, ScoreLastHalfIsLlamaPerplexitysAverage) {
+  std::vector<std::int32_t> ids = p1_;
+  ids.insert(ids.end(), p0_.begin(), p0_.end());
+  ids.push_back(ids[3]);  // 21 tokens: two full windows of 10 and a 1-token tail
+  PerplexityOptions opt;
+  opt.ctx = 10;
+  opt.progress = false;
+  const PerplexityResult all = perplexity(*model_, ids, opt);
+  opt.score_last_half = true;
+  const PerplexityResult half = perplexity(*model_, ids, opt);
+  ASSERT_EQ(half.windows, 2);
+  EXPECT_EQ(half.tokens_scored, 2 * (10 - 5 - 1));
+  for (int i = 0; i < 2; ++i) EXPECT_LT(half.window_nll_sum[i], all.window_nll_sum[i]);
+  opt.stride = 5;
+  EXPECT_THROW(perplexity(*model_, ids, opt), InvalidArgument);
+  opt.stride = 0;
+  EXPECT_THROW(perplexity(*model_, std::vector<std::int32_t>(ids.begin(), ids.begin() + 9), opt),
+               InvalidArgument);
+}
+
 // decode_from: the tokens after the first N go one at a time through the decode path. With an
 // fp32 cache that is the same model, so the NLL still matches the reference prefill logits;
 // with int8 K and the opt-in int8-query scores (+q8), which only the decode path runs, it moves.

@@ -1,5 +1,5 @@
 // convert_gguf_to_hf on a hand-built tiny gemma3 GGUF (F32 tensors, SentencePiece vocabulary):
-// config.json, HF names, norm weights stored as 1 + w, q/k rows not permuted, the Unigram
+// config.json, HF names, norm weights stored as 1 + w, q/k rows not permuted, the SentencePiece-BPE
 // tokenizer.json, and the refusals (missing / extra tensor, unknown tokenizer model).
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include "kvq/io/json_file.h"
 #include "kvq/io/safetensors.h"
 #include "kvq/model/convert_gguf.h"
+#include "kvq/tokenizer/spm_bpe.h"
 #include "kvq/tokenizer/tokenizer.h"
 #include "support/test_paths.h"
 
@@ -30,8 +31,9 @@ struct TinyTensor {
 
 struct TinyOptions {
   std::string tokenizer_model = "llama";
-  std::string drop_tensor;    // leave this tensor out
-  bool extra_tensor = false;  // add "blk.0.unknown.weight"
+  std::string drop_tensor;       // leave this tensor out
+  bool extra_tensor = false;     // add "blk.0.unknown.weight"
+  bool space_prefix_key = true;  // write tokenizer.ggml.add_space_prefix = false (as Gemma)
 };
 
 // hidden 8, 2 heads of head_dim 4, 1 kv head, ffn 16, 1 layer; vocab of 10 SentencePiece
@@ -72,7 +74,7 @@ fs::path write_tiny_gemma3(const fs::path& path, const TinyOptions& o = {}) {
   const std::vector<float> scores = {-1000, -1000, -1000, -1000, -1000, -1, -2, -3, 0, -1000};
   const std::vector<std::int32_t> types = {3, 3, 3, 2, 3, 1, 1, 1, 6, 4};
   GgufBuilder b;
-  b.header(3, tensors.size(), 21);
+  b.header(3, tensors.size(), o.space_prefix_key ? 22 : 21);
   b.key("general.architecture", kStr).str("gemma3");
   b.key("gemma3.block_count", kU32).put<std::uint32_t>(1);
   b.key("gemma3.embedding_length", kU32).put<std::uint32_t>(8);
@@ -99,6 +101,7 @@ fs::path write_tiny_gemma3(const fs::path& path, const TinyOptions& o = {}) {
   b.key("tokenizer.ggml.unknown_token_id", kU32).put<std::uint32_t>(3);
   b.key("tokenizer.ggml.padding_token_id", kU32).put<std::uint32_t>(0);
   b.key("tokenizer.ggml.add_bos_token", kBool).put<std::uint8_t>(1);
+  if (o.space_prefix_key) b.key("tokenizer.ggml.add_space_prefix", kBool).put<std::uint8_t>(0);
   b.f32_tensors_of_index(tensors).save(path);
   return path;
 }
@@ -141,15 +144,33 @@ TEST(ConvertGemma3, ConvertsTinyGemma3) {
   EXPECT_EQ(m.tensor("model.layers.0.mlp.gate_proj.weight").to_f32_vector()[5], 5.0f);
 
   const auto tok_json = io::read_json_file(dir / "hf" / "tokenizer.json");
-  EXPECT_EQ(tok_json["model"]["type"], "Unigram");
-  EXPECT_EQ(tok_json["model"]["vocab"][9][0], "\xe2\x96\x81\xe2\x96\x81");  // "  " as "▁▁"
+  EXPECT_EQ(tok_json["model"]["type"], std::string(tok::kSpmBpeModelType));
+  EXPECT_EQ(tok_json["model"]["vocab"][9][0], "  ");     // spelled as in the GGUF
+  EXPECT_EQ(tok_json["normalizer"]["type"], "Replace");  // add_space_prefix = false
+  EXPECT_TRUE(tok_json["pre_tokenizer"].is_null());
   const auto tokenizer = tok::Tokenizer::from_dir(dir / "hf");
   EXPECT_EQ(tokenizer.bos_id(), 2);
   EXPECT_EQ(tokenizer.eos_id(), 1);
+  EXPECT_EQ(tokenizer.add_bos_id(), 2);
   // " a" -> "▁a" (id 5); "ab" -> a, b; "A" -> byte fallback <0x41>; <start_of_turn> is special.
   EXPECT_EQ(tokenizer.encode(" aab<start_of_turn>A", true),
             (std::vector<std::int32_t>{2, 5, 6, 7, 4, 8}));
   EXPECT_EQ(tokenizer.decode(tokenizer.encode(" aab<start_of_turn>A")), " aab<start_of_turn>A");
+  // The user-defined "  " (type 4) is cut out of the raw text first, a plain (not special) token.
+  EXPECT_EQ(tokenizer.encode("a  b"), (std::vector<std::int32_t>{6, 9, 7}));
+  EXPECT_TRUE(tokenizer.is_special(4));
+  EXPECT_FALSE(tokenizer.is_special(9));
+}
+
+TEST(ConvertGemma3, SpacePrefixDefaultsToLlamaCppsSpm) {
+  // Without tokenizer.ggml.add_space_prefix llama.cpp puts " " before the text of an SPM
+  // vocabulary: "a" -> "▁a".
+  test::TempDir dir;
+  const auto gguf = write_tiny_gemma3(dir / "tiny.gguf", {.space_prefix_key = false});
+  convert_gguf_to_hf(gguf, dir / "hf");
+  const auto tokenizer = tok::Tokenizer::from_dir(dir / "hf");
+  EXPECT_EQ(tokenizer.encode("a"), (std::vector<std::int32_t>{5}));
+  EXPECT_EQ(tokenizer.encode("<start_of_turn>a"), (std::vector<std::int32_t>{4, 5}));
 }
 
 TEST(ConvertGemma3, RefusesAMissingTensorNamingIt) {

@@ -16,11 +16,13 @@
 #include "kvq/eval/stats.h"
 #include "kvq/io/read_file.h"
 #include "kvq/lifecycle/apply.h"
+#include "kvq/tokenizer/tokenizer.h"
 
 namespace kvq::eval {
 
-KldOptions text_kld_options(const EvalOptions& o) {
+KldOptions text_kld_options(const EvalOptions& o, std::optional<std::int32_t> bos) {
   KldOptions k;
+  k.bos = bos;
   k.ctx = o.ctx;
   k.stride = o.ctx;
   k.max_windows = o.max_windows;
@@ -84,7 +86,7 @@ void copy_text_fields(const SchemeReport& from, SchemeReport& to) {
 }
 
 KldResult scheme_kld(TaskContext& c, const std::filesystem::path& journal) {
-  KldOptions ko = text_kld_options(c.options());
+  KldOptions ko = text_kld_options(c.options(), c.tokenizer.add_bos_id());
   ko.quant_kv = c.kv;
   ko.resume_file = journal;
   if (c.options().kld == KldMode::kTopK)
