@@ -82,6 +82,13 @@ Server::Server(runtime::ModelSource& source, ServerOptions options)
     return new httplib::ThreadPool(static_cast<std::size_t>(threads));
   };
   http_->set_payload_max_length(options_.max_body_bytes);
+  // SO_REUSEADDR, not cpp-httplib 0.11's default SO_REUSEPORT: with SO_REUSEPORT a second server
+  // on a busy port binds too and the kernel splits the requests between the two, and a restart
+  // right after llama-server (SO_REUSEADDR) held the port fails while its TIME_WAIT sockets last.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   routes();
 }
 

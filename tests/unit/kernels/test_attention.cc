@@ -188,8 +188,8 @@ TEST(Attention, DecodeMatchesReferenceForEverySplit) {
 TEST(Attention, ThreadCountDoesNotChangeResults) {
   const int saved = num_threads();
   for (KvFormat storage : {KvFormat::kF32, KvFormat::kINT8, KvFormat::kFP8E4M3}) {
-    for (const Case& c : {Case{9, 3, 64, 1, 4000}, Case{8, 1, 64, 1, 1500},
-                          Case{9, 3, 64, 40, 900}}) {
+    for (const Case& c :
+         {Case{9, 3, 64, 1, 4000}, Case{8, 1, 64, 1, 1500}, Case{9, 3, 64, 40, 900}}) {
       const std::int64_t total = c.past + c.q_len;
       FakeCache k(storage, c.kv_heads, total, c.head_dim, 11 + total);
       FakeCache v(storage, c.kv_heads, total, c.head_dim, 12 + total);

@@ -71,6 +71,25 @@ TEST(Serve, HealthModelsAndMetrics) {
   EXPECT_EQ(server.metric("kvq_waiting_sequences"), 0);
 }
 
+// A port another server listens on is refused with a clear error (cpp-httplib's default
+// SO_REUSEPORT let a second server bind it and take half of the requests).
+TEST(Serve, ABusyPortIsRefused) {
+  TinyServer first;
+  ServerOptions options;
+  options.model_name = "tiny";
+  options.port = first.port();
+  Server second(first.source(), options);
+  try {
+    second.bind();
+    FAIL() << "a second server bound port " << first.port();
+  } catch (const IoError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Serve, TokenizerEndpointsAreKvqsTokenizer) {
   TinyServer server;
   const tok::Tokenizer& tokenizer = *server.source().tokenizer;
