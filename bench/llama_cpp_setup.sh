@@ -18,7 +18,8 @@
 # llama-bench, llama-quantize, llama-perplexity (bench/llama_cpp_kld.sh), llama-server and
 # llama-batched-bench (issue 19's throughput side by side, bench/serve_vs_llama.sh) and
 # llama-tokenize (tokenizer goldens); the first two took 22 min (1335 s) with -j2 on the 2-core
-# development VM, shared with other builds, the server about 10 min more.
+# development VM, shared with other builds (the server, built later alongside other work, was
+# not timed).
 #
 # Weights: `llama-quantize --allow-requantize in.gguf out.gguf F32` dequantizes every Q4_1
 # tensor (d * q + m, fp16 d and m widened to fp32) and copies the F32 norms. Checked with

@@ -32,6 +32,24 @@ def percentile(values, q):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
+def wait_healthy(proc, port, log, timeout_s=300):
+    """Waits until the server process `proc` answers GET /health on loopback `port`; exits the
+    script naming `log` when it dies first or does not come up within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"server exited with {proc.returncode} at start; log {log}")
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    sys.exit(f"server not healthy after {timeout_s} s; log {log}")
+
+
 def one_request(url, prompt, max_tokens, model):
     """Streams one completion; returns (ttft_s, [itl_s...], completion_tokens) or raises."""
     parts = urllib.parse.urlsplit(url)

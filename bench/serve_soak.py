@@ -32,6 +32,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_load  # noqa: E402
+
 PROMPTS = [
     "The capital of France is",
     "Once upon a time, in a small village by the sea,",
@@ -156,17 +159,7 @@ def main():
     server = subprocess.Popen(
         [args.kvq, "serve", "--model", args.model, "--kv-cache", args.kv_cache, "--max-seqs",
          str(args.max_seqs), "--port", str(args.port)], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(300):
-        if server.poll() is not None:
-            sys.exit(f"serve_soak: the server exited with {server.returncode} at start "
-                     f"(log: {log.name})")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", args.port, timeout=2)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            time.sleep(1)
+    serve_load.wait_healthy(server, args.port, log.name)
     # References: each prompt alone, nothing else running.
     ref = {i: completion(args.port, s, args.max_tokens)[1] for i, s in enumerate(PROMPTS)}
     ref_chat = {i: chat(args.port, m, args.max_tokens)[1] for i, m in enumerate(CHAT)}

@@ -17,32 +17,15 @@ Pairs for the "vs llama.cpp" column: bf16 ~ f16, int8* / fp8* ~ q8_0, int4* / nv
 Timings mean something only on a quiet machine (the load average is printed; no build running).
 """
 import argparse
-import http.client
 import json
 import os
 import random
 import subprocess
 import sys
-import time
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serve_load  # noqa: E402
-
-
-def wait_healthy(proc, port, log):
-    for _ in range(600):
-        if proc.poll() is not None:
-            sys.exit(f"serve_vs_llama: server exited with {proc.returncode}; log {log}")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    sys.exit(f"serve_vs_llama: server not healthy after 300 s; log {log}")
 
 
 def llama_peer(kv):
@@ -103,7 +86,7 @@ def main():
         with open(log, "w") as f:
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
         try:
-            wait_healthy(proc, args.port, log)
+            serve_load.wait_healthy(proc, args.port, log)
             for n in clients:
                 load = SimpleNamespace(url=f"http://127.0.0.1:{args.port}", model="",
                                        requests=args.requests, prompt_tokens=args.prompt_tokens,
