@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <httplib.h>
@@ -108,10 +109,26 @@ int Server::bind() {
   return port;
 }
 
-void Server::listen() { http_->listen_after_bind(); }
+void Server::listen() {
+  {
+    const std::lock_guard lock(listen_mutex_);
+    if (stopping_) return;
+    listening_ = true;
+  }
+  http_->listen_after_bind();
+  listen_returned_ = true;
+}
 
 void Server::shutdown() {
   scheduler_->drain();
+  {
+    const std::lock_guard lock(listen_mutex_);
+    stopping_ = true;
+    if (!listening_) return;  // listen() has not started and now returns at once
+  }
+  // cpp-httplib 0.11's stop() does nothing until listen_after_bind() has marked the server
+  // running, and a listen that gets there after it then serves forever: wait for that mark.
+  while (!http_->is_running() && !listen_returned_) std::this_thread::sleep_for(1ms);
   http_->stop();
 }
 

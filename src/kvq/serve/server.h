@@ -11,9 +11,11 @@
 // Errors are OpenAI error objects with a 4xx (5xx for the server's own failures).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kvq/runtime/model_source.h"
@@ -47,9 +49,10 @@ class Server {
 
   // Binds host:port (port 0: a free one) and returns the port. IoError when it cannot.
   int bind();
-  // Serves until shutdown() (blocks; call bind() first).
+  // Serves until shutdown() (blocks; call bind() first). Returns at once after a shutdown().
   void listen();
-  // Refuses new requests (503), lets every accepted one finish, then stops listen().
+  // Refuses new requests (503), lets every accepted one finish, then stops listen(): whether
+  // listen() is running, not yet entered on its thread, or never called.
   void shutdown();
 
   const Scheduler& scheduler() const { return *scheduler_; }
@@ -67,6 +70,11 @@ class Server {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<httplib::Server> http_;
+  // listen() and shutdown() on different threads: see shutdown().
+  std::mutex listen_mutex_;
+  bool stopping_ = false;
+  bool listening_ = false;
+  std::atomic<bool> listen_returned_{false};
 };
 
 }  // namespace kvq::serve

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <thread>
 
@@ -87,6 +89,38 @@ TEST(Serve, ABusyPortIsRefused) {
         std::string(e.what()).find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
         std::string::npos)
         << e.what();
+  }
+}
+
+// cpp-httplib's stop() is lost when it comes before its listen loop has started, and the loop
+// then serves forever: a server shut down right after bind() (a SIGTERM at start-up, a short test)
+// hung a CI run. shutdown() before, right after, and long after listen() starts: listen() returns.
+TEST(Serve, ShutdownStopsListenWhateverTheOrder) {
+  kvq::test::TempDir dir;
+  kvq::test::write_tiny_chat_model(dir.path());
+  runtime::ModelSource source = runtime::open_model_source(dir.path());
+  for (int round = 0; round < 40; ++round) {
+    ServerOptions options;
+    options.model_name = "tiny";
+    options.port = 0;
+    options.scheduler.kv_cache_bytes = 1 << 20;
+    Server server(source, options);
+    server.bind();
+    if (round == 0) server.shutdown();  // before listen() is even called
+    std::promise<void> returned;
+    std::thread listener([&] {
+      server.listen();
+      returned.set_value();
+    });
+    if (round == 1) std::this_thread::sleep_for(50ms);  // well after listen() started
+    if (round != 0) server.shutdown();
+    if (returned.get_future().wait_for(20s) != std::future_status::ready) {
+      // The listener cannot be joined: report and leave instead of hanging the suite.
+      std::fprintf(stderr, "FAILED: listen() still serving 20 s after shutdown() (round %d)\n",
+                   round);
+      std::_Exit(1);
+    }
+    listener.join();
   }
 }
 
