@@ -24,6 +24,7 @@ struct ServeArgs {
   std::string model_dir, model_name, kv_cache = "auto", weights = "f32", host = "127.0.0.1";
   int port = 8000;
   std::int64_t kv_cache_memory_mib = 1024, max_seqs = 8, max_queue = 64, ctx = 0;
+  std::int64_t prefill_step_ms = serve::SchedulerOptions{}.prefill_step_ms;
 };
 
 void run_serve(const ServeArgs& a) {
@@ -50,6 +51,7 @@ void run_serve(const ServeArgs& a) {
   options.scheduler.kv_cache_bytes = a.kv_cache_memory_mib << 20;
   options.scheduler.max_seqs = a.max_seqs;
   options.scheduler.max_queue = a.max_queue;
+  options.scheduler.prefill_step_ms = a.prefill_step_ms;
   serve::Server server(src, options);
   const int port = server.bind();
 
@@ -107,6 +109,13 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queue", a->max_queue,
                   "Sequences that may wait for a seat or KV blocks; more get HTTP 429")
       ->check(count_in(0))
+      ->capture_default_str();
+  cmd->add_option("--prefill-step-ms", a->prefill_step_ms,
+                  "While sequences stream, a new prompt's prefill runs at most about this long "
+                  "between two of their tokens (a 256-token chunk's layers spread over several "
+                  "steps; results do not change); 0: a whole chunk at once (higher throughput "
+                  "and first-token time, longer stalls)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}))
       ->capture_default_str();
   cmd->add_option("--ctx", a->ctx,
                   "Context per sequence (prompt + new); 0 = max_position_embeddings")

@@ -377,16 +377,52 @@ KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity, KvFormat
   return make_cache(batch, capacity, KvCacheConfig::of(format));
 }
 
-std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int64_t batch,
-                                 std::span<KvCache* const> caches) {
-  const model::ModelConfig& c = config_;
+// One forward of the decoder stack, a layer at a time: its inputs checked, its buffers and RoPE
+// tables made once, then layer(l) for every l in order, then finish(). run() goes through all of
+// it at once; ForwardPass lets kvq serve pause between layers.
+struct CausalLM::Pass {
+  // `caches` is either one cache holding all `batch` sequences (one length) or one batch-1 cache
+  // per sequence (each at its own length).
+  Pass(CausalLM& model, std::span<const std::int32_t> tokens, std::int64_t batch,
+       std::span<KvCache* const> caches);
+  void layer(std::int64_t l);
+  // Advances the caches by S; returns final-norm hidden states [batch * S, hidden].
+  std::vector<float> finish();
+
+  // Sequence b lives in cache `cache_of(b)` at batch slot `slot_of(b)`, after its length tokens.
+  KvCache& cache_of(std::int64_t b) const { return *caches[shared ? 0 : n(b)]; }
+  std::int64_t slot_of(std::int64_t b) const { return shared ? b : 0; }
+  // [batch * S, heads * d] → [batch, heads, S, d], RoPE of `tables` applied unless null.
+  void to_heads(const std::vector<float>& src, std::vector<float>& dst, std::int64_t heads,
+                const std::vector<RopeTable>* tables) const;
+  static std::size_t n(std::int64_t v) { return static_cast<std::size_t>(v); }
+
+  CausalLM& m;
+  const ModelConfig& c;
+  std::vector<KvCache*> caches;
+  bool shared = false;
+  std::int64_t batch = 0, S = 0, rows = 0;
+  std::int64_t hid = 0, inter = 0, d = 0, H = 0, Hkv = 0;
+  std::vector<RopeTable> ropes, local_ropes;  // one per cache (the sliding layers' own RoPE)
+  std::vector<float> x;                       // [batch * S, hidden] residual stream
+  std::vector<float> h;                       // [batch * S, hidden] normed
+  std::vector<float> qp, kp, vp;              // [batch * S, heads * head_dim], kv_heads for k and v
+  std::vector<float> q, k, v;                 // [batch, heads, S, head_dim], kv_heads for k and v
+  std::vector<float> attn_out;                // [batch, S, heads, head_dim]
+  std::vector<float> o;                       // [batch * S, hidden]
+  std::vector<float> gate, up;                // [batch * S, intermediate]
+  std::vector<kernels::KvRowsView> kviews, vviews;
+};
+
+CausalLM::Pass::Pass(CausalLM& model, std::span<const std::int32_t> tokens, std::int64_t batch_,
+                     std::span<KvCache* const> caches_)
+    : m(model), c(model.config_), caches(caches_.begin(), caches_.end()), batch(batch_) {
   if (batch <= 0 || tokens.empty() || static_cast<std::int64_t>(tokens.size()) % batch != 0) {
     fail<InvalidArgument>("forward: {} tokens do not form {} equal non-empty sequences",
                           tokens.size(), batch);
   }
-  const std::int64_t S = static_cast<std::int64_t>(tokens.size()) / batch;
-  // One cache holding every sequence (one length), or one cache per sequence (own lengths).
-  const bool shared = caches.size() == 1;
+  S = static_cast<std::int64_t>(tokens.size()) / batch;
+  shared = caches.size() == 1;
   if (!shared && static_cast<std::int64_t>(caches.size()) != batch) {
     fail<InvalidArgument>("forward: {} KV caches for {} sequences", caches.size(), batch);
   }
@@ -414,19 +450,12 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
       fail<InvalidArgument>("forward: token id {} out of range [0, {})", t, c.vocab_size);
     }
   }
-  // Sequence b lives in cache `cache_of(b)` at batch slot `slot_of(b)`, after `past_of(b)` tokens.
-  const auto cache_of = [&](std::int64_t b) -> KvCache& {
-    return *caches[static_cast<std::size_t>(shared ? 0 : b)];
-  };
-  const auto slot_of = [&](std::int64_t b) { return shared ? b : std::int64_t{0}; };
-  const auto past_of = [&](std::int64_t b) { return cache_of(b).length(); };
-  const std::int64_t hid = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
-  const std::int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
-  const std::int64_t rows = batch * S;
-  const auto n = [](std::int64_t v) { return static_cast<std::size_t>(v); };
+  hid = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
+  H = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  rows = batch * S;
 
-  std::vector<float> x(n(rows * hid));   // [batch * S, hidden] residual stream
-  const Tensor& emb = embed_->weight();  // [vocab, hidden], fp32 or bf16
+  x.resize(n(rows * hid));
+  const Tensor& emb = m.embed_->weight();  // [vocab, hidden], fp32 or bf16
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t row = static_cast<std::int64_t>(tokens[n(r)]) * hid;
     if (emb.dtype() == DType::kBF16) {
@@ -436,123 +465,160 @@ std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int6
       std::memcpy(x.data() + r * hid, emb.f32() + row, n(hid) * sizeof(float));
     }
   }
-  if (embed_scale_ != 1.0f) {
-    for (float& v : x) v *= embed_scale_;
+  if (m.embed_scale_ != 1.0f) {
+    for (float& val : x) val *= m.embed_scale_;
   }
   // One table per cache (positions [past, past + S)) and per RoPE (the sliding layers' own).
-  std::vector<RopeTable> ropes, local_ropes;
   for (KvCache* cache : caches) {
-    ropes.push_back(rope_table(inv_freq_, cache->length(), S));
-    if (!inv_freq_local_.empty()) {
-      local_ropes.push_back(rope_table(inv_freq_local_, cache->length(), S));
+    ropes.push_back(rope_table(m.inv_freq_, cache->length(), S));
+    if (!m.inv_freq_local_.empty()) {
+      local_ropes.push_back(rope_table(m.inv_freq_local_, cache->length(), S));
     }
   }
-  std::vector<float> h(n(rows * hid));       // [batch * S, hidden] normed
-  std::vector<float> qp(n(rows * H * d));    // [batch * S, heads * head_dim]
-  std::vector<float> kp(n(rows * Hkv * d));  // [batch * S, kv_heads * head_dim]
-  std::vector<float> vp(n(rows * Hkv * d));
-  std::vector<float> q(n(rows * H * d));    // [batch, heads, S, head_dim]
-  std::vector<float> k(n(rows * Hkv * d));  // [batch, kv_heads, S, head_dim]
-  std::vector<float> v(n(rows * Hkv * d));
-  std::vector<float> attn_out(n(rows * H * d));                   // [batch, S, heads, head_dim]
-  std::vector<float> o(n(rows * hid));                            // [batch * S, hidden]
-  std::vector<float> gate(n(rows * inter)), up(n(rows * inter));  // [batch * S, intermediate]
-  const float eps = static_cast<float>(c.rms_norm_eps);
+  h.resize(n(rows * hid));
+  qp.resize(n(rows * H * d));
+  kp.resize(n(rows * Hkv * d));
+  vp.resize(n(rows * Hkv * d));
+  q.resize(n(rows * H * d));
+  k.resize(n(rows * Hkv * d));
+  v.resize(n(rows * Hkv * d));
+  attn_out.resize(n(rows * H * d));
+  o.resize(n(rows * hid));
+  gate.resize(n(rows * inter));
+  up.resize(n(rows * inter));
+  kviews.resize(n(Hkv));
+  vviews.resize(n(Hkv));
+}
 
-  // [batch * S, heads * d] → [batch, heads, S, d], RoPE of `tables` applied unless null.
-  auto to_heads = [&](const std::vector<float>& src, std::vector<float>& dst, std::int64_t heads,
-                      const std::vector<RopeTable>* tables) {
-    for (std::int64_t b = 0; b < batch; ++b) {
-      for (std::int64_t hh = 0; hh < heads; ++hh) {
-        for (std::int64_t s = 0; s < S; ++s) {
-          float* out = dst.data() + ((b * heads + hh) * S + s) * d;
-          std::memcpy(out, src.data() + ((b * S + s) * heads + hh) * d, n(d) * sizeof(float));
-          if (tables != nullptr) {
-            const RopeTable& rope = (*tables)[static_cast<std::size_t>(shared ? 0 : b)];
-            kernels::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
-          }
+void CausalLM::Pass::to_heads(const std::vector<float>& src, std::vector<float>& dst,
+                              std::int64_t heads, const std::vector<RopeTable>* tables) const {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t hh = 0; hh < heads; ++hh) {
+      for (std::int64_t s = 0; s < S; ++s) {
+        float* out = dst.data() + ((b * heads + hh) * S + s) * d;
+        std::memcpy(out, src.data() + ((b * S + s) * heads + hh) * d, n(d) * sizeof(float));
+        if (tables != nullptr) {
+          const RopeTable& rope = (*tables)[shared ? 0 : n(b)];
+          kernels::rope_row(out, rope.cos_at(s), rope.sin_at(s), d);
         }
       }
     }
-  };
-
-  std::vector<kernels::KvRowsView> kviews(n(Hkv)), vviews(n(Hkv));
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const Layer& L = layers_[n(l)];
-    kernels::rmsnorm(x.data(), L.in_norm, h.data(), rows, hid, eps);
-    apply_linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
-    apply_linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
-    apply_linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
-    if (L.bq != nullptr) {
-      add_bias(qp.data(), L.bq, rows, H * d);
-      add_bias(kp.data(), L.bk, rows, Hkv * d);
-      add_bias(vp.data(), L.bv, rows, Hkv * d);
-    }
-    if (L.q_norm != nullptr) {  // each head's row [head_dim] normed on its own, before RoPE
-      kernels::rmsnorm(qp.data(), L.q_norm, qp.data(), rows * H, d, eps);
-      kernels::rmsnorm(kp.data(), L.k_norm, kp.data(), rows * Hkv, d, eps);
-    }
-    const std::vector<RopeTable>* rope = L.local_rope ? &local_ropes : &ropes;
-    to_heads(qp, q, H, rope);
-    to_heads(kp, k, Hkv, rope);
-    to_heads(vp, v, Hkv, nullptr);
-
-    // Hooks and cache writes per cache: each sees its sequences at its own positions.
-    for (std::size_t i = 0; i < caches.size(); ++i) {
-      const std::int64_t nb = shared ? batch : 1, b0 = static_cast<std::int64_t>(i);
-      const std::int64_t past = caches[i]->length();
-      float* qb = q.data() + b0 * H * S * d;
-      float* kb = k.data() + b0 * Hkv * S * d;
-      float* vb = v.data() + b0 * Hkv * S * d;
-      StatesView qs{qb, nb, H, S, d, past};
-      const bool by_cache = caches[i]->config().stores_calibrated_quantization();
-      StatesView ks{kb, nb, Hkv, S, d, past, by_cache};
-      StatesView vs{vb, nb, Hkv, S, d, past, by_cache};
-      L.attn->run_key_value_hooks(ks, vs);
-      caches[i]->keys(l).write(past, S, kb);
-      caches[i]->values(l).write(past, S, vb);
-      L.attn->run_query_hooks(qs);
-    }
-
-    for (std::int64_t b = 0; b < batch; ++b) {
-      KvCache& cache = cache_of(b);
-      for (std::int64_t hh = 0; hh < Hkv; ++hh) {
-        kviews[n(hh)] = cache.keys(l).rows(slot_of(b), hh);
-        vviews[n(hh)] = cache.values(l).rows(slot_of(b), hh);
-      }
-      const kernels::AttentionParams ap{H, Hkv, d, S, past_of(b), attn_scale_, L.window};
-      kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
-                         attn_out.data() + b * S * H * d);
-    }
-    apply_linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
-    // Pre-norm: x += attn; h = post_attention_layernorm(x). Sandwich (Gemma 3): x +=
-    // post_attention_layernorm(attn); h = pre_feedforward_layernorm(x); the MLP's output is
-    // normed by post_feedforward_layernorm before it is added.
-    const bool sandwich = L.pre_ff != nullptr;
-    if (sandwich) kernels::rmsnorm(o.data(), L.post_norm, o.data(), rows, hid, eps);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-
-    kernels::rmsnorm(x.data(), sandwich ? L.pre_ff : L.post_norm, h.data(), rows, hid, eps);
-    apply_linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
-    apply_linear(h.data(), L.w_up, up.data(), rows, inter, hid);
-    const bool gelu = arch_->forward.activation == MlpActivation::kGeluTanh;
-#pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
-    for (std::int64_t r = 0; r < rows; ++r) {
-      float* g = gate.data() + r * inter;
-      const float* u = up.data() + r * inter;
-      if (gelu) {
-        kernels::geglu(g, u, g, inter);
-      } else {
-        kernels::swiglu(g, u, g, inter);
-      }
-    }
-    apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
-    if (sandwich) kernels::rmsnorm(o.data(), L.post_ff, o.data(), rows, hid, eps);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   }
+}
+
+void CausalLM::Pass::layer(std::int64_t l) {
+  const Layer& L = m.layers_[n(l)];
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  kernels::rmsnorm(x.data(), L.in_norm, h.data(), rows, hid, eps);
+  apply_linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
+  apply_linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
+  apply_linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
+  if (L.bq != nullptr) {
+    add_bias(qp.data(), L.bq, rows, H * d);
+    add_bias(kp.data(), L.bk, rows, Hkv * d);
+    add_bias(vp.data(), L.bv, rows, Hkv * d);
+  }
+  if (L.q_norm != nullptr) {  // each head's row [head_dim] normed on its own, before RoPE
+    kernels::rmsnorm(qp.data(), L.q_norm, qp.data(), rows * H, d, eps);
+    kernels::rmsnorm(kp.data(), L.k_norm, kp.data(), rows * Hkv, d, eps);
+  }
+  const std::vector<RopeTable>* rope = L.local_rope ? &local_ropes : &ropes;
+  to_heads(qp, q, H, rope);
+  to_heads(kp, k, Hkv, rope);
+  to_heads(vp, v, Hkv, nullptr);
+
+  // Hooks and cache writes per cache: each sees its sequences at its own positions.
+  for (std::size_t i = 0; i < caches.size(); ++i) {
+    const std::int64_t nb = shared ? batch : 1, b0 = static_cast<std::int64_t>(i);
+    const std::int64_t past = caches[i]->length();
+    float* qb = q.data() + b0 * H * S * d;
+    float* kb = k.data() + b0 * Hkv * S * d;
+    float* vb = v.data() + b0 * Hkv * S * d;
+    StatesView qs{qb, nb, H, S, d, past};
+    const bool by_cache = caches[i]->config().stores_calibrated_quantization();
+    StatesView ks{kb, nb, Hkv, S, d, past, by_cache};
+    StatesView vs{vb, nb, Hkv, S, d, past, by_cache};
+    L.attn->run_key_value_hooks(ks, vs);
+    caches[i]->keys(l).write(past, S, kb);
+    caches[i]->values(l).write(past, S, vb);
+    L.attn->run_query_hooks(qs);
+  }
+
+  for (std::int64_t b = 0; b < batch; ++b) {
+    KvCache& cache = cache_of(b);
+    for (std::int64_t hh = 0; hh < Hkv; ++hh) {
+      kviews[n(hh)] = cache.keys(l).rows(slot_of(b), hh);
+      vviews[n(hh)] = cache.values(l).rows(slot_of(b), hh);
+    }
+    const kernels::AttentionParams ap{H, Hkv, d, S, cache.length(), m.attn_scale_, L.window};
+    kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
+                       attn_out.data() + b * S * H * d);
+  }
+  apply_linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
+  // Pre-norm: x += attn; h = post_attention_layernorm(x). Sandwich (Gemma 3): x +=
+  // post_attention_layernorm(attn); h = pre_feedforward_layernorm(x); the MLP's output is
+  // normed by post_feedforward_layernorm before it is added.
+  const bool sandwich = L.pre_ff != nullptr;
+  if (sandwich) kernels::rmsnorm(o.data(), L.post_norm, o.data(), rows, hid, eps);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+
+  kernels::rmsnorm(x.data(), sandwich ? L.pre_ff : L.post_norm, h.data(), rows, hid, eps);
+  apply_linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
+  apply_linear(h.data(), L.w_up, up.data(), rows, inter, hid);
+  const bool gelu = m.arch_->forward.activation == MlpActivation::kGeluTanh;
+#pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* g = gate.data() + r * inter;
+    const float* u = up.data() + r * inter;
+    if (gelu) {
+      kernels::geglu(g, u, g, inter);
+    } else {
+      kernels::swiglu(g, u, g, inter);
+    }
+  }
+  apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
+  if (sandwich) kernels::rmsnorm(o.data(), L.post_ff, o.data(), rows, hid, eps);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+}
+
+std::vector<float> CausalLM::Pass::finish() {
   for (KvCache* cache : caches) cache->advance(S);
-  kernels::rmsnorm(x.data(), final_norm_, h.data(), rows, hid, eps);
-  return h;
+  kernels::rmsnorm(x.data(), m.final_norm_, h.data(), rows, hid,
+                   static_cast<float>(c.rms_norm_eps));
+  return std::move(h);
+}
+
+std::vector<float> CausalLM::run(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                 std::span<KvCache* const> caches) {
+  Pass pass(*this, tokens, batch, caches);
+  for (std::int64_t l = 0; l < config_.num_hidden_layers; ++l) pass.layer(l);
+  return pass.finish();
+}
+
+ForwardPass::ForwardPass(CausalLM& model, std::span<const std::int32_t> tokens, KvCache& cache)
+    : layers_(model.config().num_hidden_layers) {
+  KvCache* const one[1] = {&cache};
+  pass_ = std::make_unique<CausalLM::Pass>(model, tokens, 1, one);
+}
+
+ForwardPass::~ForwardPass() = default;
+ForwardPass::ForwardPass(ForwardPass&&) noexcept = default;
+ForwardPass& ForwardPass::operator=(ForwardPass&&) noexcept = default;
+
+void ForwardPass::run_layers(std::int64_t count) {
+  if (!pass_) fail<InvalidArgument>("forward pass: already finished");
+  for (; count > 0 && next_layer_ < layers_; --count) pass_->layer(next_layer_++);
+}
+
+Tensor ForwardPass::finish(LogitsMode mode) {
+  if (!pass_ || next_layer_ < layers_) {
+    fail<InvalidArgument>("forward pass: finish() with {} of {} layers run", next_layer_, layers_);
+  }
+  const std::int64_t S = pass_->S;
+  const std::vector<float> hidden = pass_->finish();
+  Tensor t = pass_->m.logits_for(hidden, 1, S, mode);
+  pass_.reset();
+  return t.reshape({t.dim(1), t.dim(2)});
 }
 
 void CausalLM::compute_logits(const float* hidden, std::int64_t rows, float* logits) const {

@@ -158,6 +158,9 @@ class CausalLM {
                          std::span<KvCache* const> caches);
   Tensor logits_for(const std::vector<float>& hidden, std::int64_t batch, std::int64_t seq,
                     LogitsMode mode) const;
+  // One forward, a layer at a time (run() and ForwardPass go through it).
+  struct Pass;
+  friend class ForwardPass;
 
   model::ModelConfig config_;
   const Architecture* arch_ = nullptr;
@@ -174,6 +177,30 @@ class CausalLM {
   const float* final_norm_ = nullptr;  // model.norm's multiplier (its weight, or 1 + w)
   Module* lm_head_ = nullptr;
   std::vector<Layer> layers_;
+};
+
+// A forward of one sequence over its cache, run a few layers at a time: kvq serve runs a prompt
+// chunk's layers between the decode steps of other sequences, so that those do not wait for the
+// whole chunk. Bit for bit forward(tokens, cache, mode), hooks included, however the layers are
+// split. Until finish(), nothing else may use the cache; the model and the cache must outlive
+// the pass.
+class ForwardPass {
+ public:
+  // Checks the input as forward() does (InvalidArgument) and embeds the tokens.
+  ForwardPass(CausalLM& model, std::span<const std::int32_t> tokens, KvCache& cache);
+  ~ForwardPass();
+  ForwardPass(ForwardPass&&) noexcept;
+  ForwardPass& operator=(ForwardPass&&) noexcept;
+
+  std::int64_t layers_left() const { return layers_ - next_layer_; }
+  // Runs the next min(count, layers_left()) layers.
+  void run_layers(std::int64_t count);
+  // After the last layer: forward()'s logits [S or 1, vocab]; the cache then holds the tokens.
+  Tensor finish(LogitsMode mode);
+
+ private:
+  std::unique_ptr<CausalLM::Pass> pass_;
+  std::int64_t layers_ = 0, next_layer_ = 0;
 };
 
 }  // namespace kvq::model

@@ -1,6 +1,7 @@
 #include "kvq/serve/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <new>
@@ -64,7 +65,8 @@ TokenLogprob token_logprob(std::span<const float> logits, std::int32_t target, i
 struct Scheduler::Running {
   std::shared_ptr<Sequence> seq;
   std::int64_t blocks = 0;
-  std::optional<model::KvCache> cache;  // freed when the sequence finishes
+  std::optional<model::KvCache> cache;     // freed when the sequence finishes
+  std::optional<model::ForwardPass> pass;  // the prompt chunk whose layers run, if any
   model::Sampler sampler;
   std::int64_t prefilled = 0;   // prompt tokens in the cache
   std::int32_t next_input = 0;  // the last sampled token, the next decode step's input
@@ -88,6 +90,9 @@ Scheduler::Scheduler(model::CausalLM& model, const tok::Tokenizer& tokenizer,
     fail<InvalidArgument>("--max-queue must be >= 0, got {}", options_.max_queue);
   if (options_.prefill_chunk < 1) {
     fail<InvalidArgument>("prefill chunk must be >= 1 token, got {}", options_.prefill_chunk);
+  }
+  if (options_.prefill_step_ms < 0) {
+    fail<InvalidArgument>("--prefill-step-ms must be >= 0, got {}", options_.prefill_step_ms);
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -163,7 +168,7 @@ void Scheduler::loop() {
     }
     admit();
     drop_cancelled();
-    prefill_chunk();
+    prefill();
     decode();
     std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->done; });
     std::lock_guard lock(mutex_);
@@ -222,7 +227,7 @@ void Scheduler::drop_cancelled() {
   }
 }
 
-void Scheduler::prefill_chunk() {
+void Scheduler::prefill() {
   auto it = std::find_if(running_.begin(), running_.end(), [](const std::unique_ptr<Running>& r) {
     return !r->done && r->prefilled < static_cast<std::int64_t>(r->seq->request().prompt.size());
   });
@@ -231,12 +236,28 @@ void Scheduler::prefill_chunk() {
   const SequenceRequest& req = r.seq->request();
   const auto prompt_len = static_cast<std::int64_t>(req.prompt.size());
   const std::int64_t n = std::min(options_.prefill_chunk, prompt_len - r.prefilled);
-  const auto chunk =
-      std::span(req.prompt)
-          .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n));
+  // Sequences that decode wait for this step's prefill: give it prefill_step_ms (at least one
+  // layer, so it always advances), the whole chunk when nobody waits or the budget is 0.
+  const bool others_wait = std::any_of(running_.begin(), running_.end(),
+                                       [](const auto& o) { return !o->done && o->new_tokens > 0; });
+  const bool budgeted = others_wait && options_.prefill_step_ms > 0;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.prefill_step_ms);
   try {
-    const Tensor logits = model_.forward(
-        chunk, *r.cache, req.prompt_logprobs ? model::LogitsMode::kAll : model::LogitsMode::kLast);
+    if (!r.pass) {
+      r.pass.emplace(
+          model_,
+          std::span(req.prompt)
+              .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n)),
+          *r.cache);
+    }
+    do {
+      r.pass->run_layers(1);
+    } while (r.pass->layers_left() > 0 && (!budgeted || std::chrono::steady_clock::now() < until));
+    if (r.pass->layers_left() > 0) return;  // the next step goes on
+    const Tensor logits =
+        r.pass->finish(req.prompt_logprobs ? model::LogitsMode::kAll : model::LogitsMode::kLast);
+    r.pass.reset();
     if (req.prompt_logprobs) {
       if (r.prefilled == 0) {
         TokenLogprob first;
@@ -345,6 +366,7 @@ void Scheduler::finish(Running& r, FinishReason reason, std::string error) {
   if (r.done) return;
   r.done = true;
   if (reason == FinishReason::kError) log::warn("serve: a sequence failed: {}", error);
+  r.pass.reset();   // it points into the cache
   r.cache.reset();  // its memory goes now, with its blocks
   {
     std::lock_guard lock(mutex_);

@@ -5,8 +5,10 @@
 //      prompt + max_tokens are free (BlockPool), and allocates each one's KvCache with exactly
 //      that capacity;
 //   2. drops cancelled sequences (their blocks return to the pool);
-//   3. runs one prefill chunk (at most prefill_chunk tokens) of the oldest sequence still in
-//      prefill, so a long prompt never stalls the sequences that decode;
+//   3. advances the prefill of the oldest sequence still in prefill: its prompt goes through the
+//      model in chunks of prefill_chunk tokens, and while other sequences decode, a step runs only
+//      as many of a chunk's layers as fit in prefill_step_ms (model::ForwardPass), so a long
+//      prompt never stalls the running streams for more than about that;
 //   4. runs ONE CausalLM::decode_step over every decoding sequence, each in its own cache, and
 //      samples each one's next token with its own Sampler.
 // So requests join and leave the batch at every step. A sequence's chunk boundaries depend only on
@@ -39,6 +41,8 @@ struct SchedulerOptions {
   std::int64_t max_seqs = 8;                // sequences running at once
   std::int64_t max_queue = 64;              // sequences waiting for a seat or blocks
   std::int64_t prefill_chunk = 256;         // prompt tokens per prefill forward
+  std::int64_t prefill_step_ms = 100;       // a step's prefill time while others decode; 0: a
+                                            // whole chunk per step
 };
 
 // What /metrics and /health report.
@@ -78,7 +82,7 @@ class Scheduler {
   void loop();
   void admit();  // under mutex_
   void drop_cancelled();
-  void prefill_chunk();
+  void prefill();
   void decode();
   // Samples the token after `logits` [vocab] for r; true when r finished.
   bool add_token(Running& r, std::span<const float> logits);

@@ -167,6 +167,57 @@ TEST_P(EngineAllArchs, DecodeStepEqualsDecodingEachSequenceAlone) {
   }
 }
 
+// ForwardPass (kvq serve's prefill, a few layers per scheduler step) is forward() bit for bit,
+// however its layers are split and whatever runs on other caches between the slices: the logits,
+// and the cache it leaves (the next token's logits), in a plain and a packed dynamic format.
+TEST_P(EngineAllArchs, LayerByLayerPassEqualsForward) {
+  const std::int64_t layers = this->layers();
+  for (KvFormat format : {KvFormat::kF32, KvFormat::kNVFP4}) {
+    for (std::int64_t slice : {std::int64_t{1}, std::int64_t{2}, layers}) {
+      KvCache whole = model_->make_cache(1, 40, format), sliced = model_->make_cache(1, 40, format);
+      KvCache other = model_->make_cache(1, 40, format);
+      model_->forward(std::span(prompt_).first(3), other);
+      std::vector<Tensor> expected, got;
+      for (auto [from, count] : {std::pair<std::size_t, std::size_t>{0, 12}, {12, 18}}) {
+        const auto chunk = std::span(prompt_).subspan(from, count);
+        expected.push_back(model_->forward(chunk, whole, LogitsMode::kAll));
+        ForwardPass pass(*model_, chunk, sliced);
+        while (pass.layers_left() > 0) {
+          pass.run_layers(slice);
+          const std::int32_t t[1] = {7};
+          KvCache* o[1] = {&other};
+          model_->decode_step(t, o);  // another sequence's step between the slices
+        }
+        got.push_back(pass.finish(LogitsMode::kAll));
+      }
+      const std::int32_t next[1] = {42};
+      expected.push_back(model_->forward(next, whole));
+      got.push_back(model_->forward(next, sliced));
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(bit_identical(got[i], expected[i]))
+            << quant::kv_format_name(format) << " slices of " << slice << ", output " << i;
+      }
+      EXPECT_EQ(sliced.length(), whole.length());
+    }
+  }
+}
+
+TEST_P(EngineAllArchs, ForwardPassRefusesMisuse) {
+  KvCache cache = model_->make_cache(1, 8);
+  const std::vector<std::int32_t> bad = {1, static_cast<std::int32_t>(vocab())};
+  EXPECT_THROW(ForwardPass(*model_, bad, cache), InvalidArgument);      // token out of range
+  EXPECT_THROW(ForwardPass(*model_, prompt_, cache), InvalidArgument);  // beyond the capacity
+  ForwardPass pass(*model_, std::span(prompt_).first(4), cache);
+  pass.run_layers(layers() - 1);
+  EXPECT_EQ(pass.layers_left(), 1);
+  EXPECT_THROW(pass.finish(LogitsMode::kLast), InvalidArgument);  // a layer still to run
+  EXPECT_EQ(cache.length(), 0);
+  pass.run_layers(5);
+  EXPECT_EQ(pass.finish(LogitsMode::kLast).shape(), (Shape{1, vocab()}));
+  EXPECT_EQ(cache.length(), 4);
+  EXPECT_THROW(pass.run_layers(1), InvalidArgument);  // finished
+}
+
 TEST_P(EngineAllArchs, CacheLessForwardTakesTheSameRoute) {
   KvCache cache = model_->make_cache(1, 64);
   const Tensor with_cache = model_->forward(prompt_, cache, LogitsMode::kAll);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "kvq/eval/perplexity.h"
@@ -299,11 +300,15 @@ TEST(Serve, StopStringsEndTheText) {
 }
 
 // Alone and batched with others, a greedy request gets the same tokens and logprobs bit for
-// bit: on the f32 cache with whole-prompt prefill, and on a packed int8 cache (dynamic scales)
-// with prompts prefilled in 4-token chunks interleaved with the others' decoding.
+// bit: on the f32 cache with whole-prompt prefill, on a packed int8 cache (dynamic scales) with
+// prompts prefilled in 4-token chunks interleaved with the others' decoding, and with a prompt's
+// layers spread over several steps (prefill_step_ms 1 on a model slowed to 1 ms per layer).
 struct BatchingCase {
+  const char* name;
   const char* kv_cache;
   std::int64_t prefill_chunk;
+  std::int64_t prefill_step_ms;
+  bool slowed;
 };
 class ServeBatching : public ::testing::TestWithParam<BatchingCase> {};
 
@@ -311,7 +316,22 @@ TEST_P(ServeBatching, BatchedRequestsGiveBitIdenticalTokensAndLogprobs) {
   ServerOptions options;
   options.scheduler.kv_cache = runtime::resolve_kv_cache(GetParam().kv_cache, nullptr, "tiny");
   options.scheduler.prefill_chunk = GetParam().prefill_chunk;
+  options.scheduler.prefill_step_ms = GetParam().prefill_step_ms;
   TinyServer server(options);
+  std::vector<model::ScopedHook> hooks;
+  if (GetParam().slowed) hooks = slow_down(*server.source().model, 1ms);
+  // (layer, tokens) of every query-hook call, in order: a prompt chunk's layers with a decode
+  // step (1 token) between them show that its layers were spread over steps.
+  std::mutex calls_mutex;
+  std::vector<std::pair<std::int64_t, std::int64_t>> calls;
+  const auto layers = static_cast<std::int64_t>(server.source().model->attention_modules().size());
+  for (std::int64_t l = 0; l < layers; ++l) {
+    hooks.emplace_back(server.source().model->attention(l).register_query_hook(
+        [&calls_mutex, &calls, l](model::AttentionModule&, model::StatesView q) {
+          const std::lock_guard lock(calls_mutex);
+          calls.emplace_back(l, q.tokens);
+        }));
+  }
   std::vector<json> requests;
   for (int i = 0; i < 6; ++i) {
     json r = greedy(std::string("prompt number ") + std::to_string(i * 37), 24 + 5 * i);
@@ -338,13 +358,26 @@ TEST_P(ServeBatching, BatchedRequestsGiveBitIdenticalTokensAndLogprobs) {
   }
   // They were batched: fewer decode steps than alone (one step serves several sequences).
   EXPECT_LT(server.metric("kvq_decode_steps_total") - steps_alone, steps_alone);
+  if (GetParam().prefill_step_ms > 0 && GetParam().slowed) {
+    bool spread = false;
+    bool in_prompt = false, decoded_inside = false;
+    for (const auto& [layer, tokens] : calls) {
+      if (tokens > 1 && layer == 0) in_prompt = true, decoded_inside = false;
+      if (tokens == 1 && in_prompt) decoded_inside = true;
+      if (tokens > 1 && layer == layers - 1) {
+        spread = spread || decoded_inside;
+        in_prompt = false;
+      }
+    }
+    EXPECT_TRUE(spread) << "no prompt's layers were interleaved with decode steps";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KvCaches, ServeBatching,
-                         ::testing::Values(BatchingCase{"f32", 256}, BatchingCase{"int8", 4}),
-                         [](const auto& param_info) {
-                           return std::string(param_info.param.kv_cache);
-                         });
+                         ::testing::Values(BatchingCase{"f32", "f32", 256, 0, false},
+                                           BatchingCase{"int8", "int8", 4, 0, false},
+                                           BatchingCase{"int8LayerSlices", "int8", 256, 1, true}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(Serve, BadRequestsGetOpenAIErrorsNamingTheField) {
   ServerOptions options;
