@@ -47,6 +47,8 @@ def main():
     p.add_argument("--gguf", default="", help="llama.cpp's GGUF (empty: kvq only)")
     p.add_argument("--kvq-kv", default="bf16,int8,int4", help="kvq --kv-cache values")
     p.add_argument("--llama-kv", default="f16,q8_0,q4_0", help="llama-server -ctk/-ctv values")
+    p.add_argument("--kvq-prefill-step-ms", default="100",
+                   help="kvq serve --prefill-step-ms values; each --kvq-kv runs with each")
     p.add_argument("--clients", default="1,4,16")
     p.add_argument("--requests", type=int, default=1, help="requests per client per round")
     p.add_argument("--prompt-tokens", type=int, default=512)
@@ -64,24 +66,26 @@ def main():
     configs = []
     kvq_kv = [k for k in args.kvq_kv.split(",") if k]
     llama_kv = [k for k in args.llama_kv.split(",") if k] if args.gguf else []
+    steps = [int(s) for s in args.kvq_prefill_step_ms.split(",") if s]
     for i in range(max(len(kvq_kv), len(llama_kv))):
-        if i < len(kvq_kv):
+        for step in steps if i < len(kvq_kv) else []:
             kv = kvq_kv[i]
             # The budget holds max_n sequences of per_seq tokens at f32 (4 bytes per value).
-            configs.append(("kvq", kv, [
+            configs.append(("kvq", kv, step, [
                 args.kvq, "serve", "--model", args.model, "--weights", args.weights,
                 "--kv-cache", kv, "--max-seqs", str(max_n), "--max-queue", str(4 * max_n),
-                "--ctx", str(per_seq), "--kv-cache-memory", "4096", "--port", str(args.port)]))
+                "--ctx", str(per_seq), "--kv-cache-memory", "4096", "--port", str(args.port),
+                "--prefill-step-ms", str(step)]))
         if i < len(llama_kv):
             kv = llama_kv[i]
-            configs.append(("llama.cpp", kv, [
+            configs.append(("llama.cpp", kv, None, [
                 args.llama_server, "-m", args.gguf, "--port", str(args.port), "-t",
                 str(args.threads), "-tb", str(args.threads), "-np", str(max_n), "-c",
                 str(per_seq * max_n), "-fa", "on", "-ctk", kv, "-ctv", kv, "--no-warmup"]))
 
     print(f"serve_vs_llama: load average {os.getloadavg()[0]:.2f} at start", file=sys.stderr)
     rows = []
-    for engine, kv, cmd in configs:
+    for engine, kv, step, cmd in configs:
         log = f"/tmp/serve_vs_llama-{engine}-{kv.replace(':', '_').replace('/', '_')}.log"
         with open(log, "w") as f:
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -92,9 +96,10 @@ def main():
                                        requests=args.requests, prompt_tokens=args.prompt_tokens,
                                        max_tokens=args.max_tokens, vocab=49152)
                 row = serve_load.run_round(load, n, random.Random(n))
-                row.update(engine=engine, kv=kv, load_avg=os.getloadavg()[0])
+                row.update(engine=engine, kv=kv, prefill_step_ms=step,
+                           load_avg=os.getloadavg()[0])
                 rows.append(row)
-                print(f"  {engine:9} {kv:10} N={n:<3} {row['output_tok_s']:8.1f} tok/s "
+                print(f"  {engine:9} {kv:10} {'' if step is None else step:>5} N={n:<3} {row['output_tok_s']:8.1f} tok/s "
                       f"TTFT p50 {row['ttft_p50_s']:.3f}s ITL p50 {row['itl_p50_s'] * 1e3:.1f}ms "
                       f"errors {row['errors']}", file=sys.stderr, flush=True)
                 if row["first_error"]:
@@ -109,21 +114,24 @@ def main():
             except subprocess.TimeoutExpired:
                 proc.kill()
 
-    def find(engine, kv, n):
+    def find(engine, kv, n, step=None):
         return next((r for r in rows if r["engine"] == engine and r["kv"] == kv
-                     and r["clients"] == n), None)
+                     and r["clients"] == n and (step is None or r["prefill_step_ms"] == step)),
+                    None)
 
     print(f"prompt {args.prompt_tokens} tokens, {args.max_tokens} new, {args.requests} request(s)"
           f" per client, {args.threads} threads; load average {os.getloadavg()[0]:.2f} at the end\n")
-    print("| engine | KV | clients | output tok/s | TTFT p50 / p99 (s) | ITL p50 / p99 (ms) "
-          "| vs engine's first KV | kvq vs llama.cpp |")
-    print("|---|---|---:|---:|---|---|---:|---:|")
+    print("| engine | KV | prefill step (ms) | clients | output tok/s | TTFT p50 / p99 (s) "
+          "| ITL p50 / p99 (ms) | vs engine's first KV | kvq vs llama.cpp |")
+    print("|---|---|---:|---:|---:|---|---|---:|---:|")
     for r in rows:
+        step = r["prefill_step_ms"]
         first_kv = kvq_kv[0] if r["engine"] == "kvq" else llama_kv[0]
-        base = find(r["engine"], first_kv, r["clients"])
+        base = find(r["engine"], first_kv, r["clients"], step)
         peer = find("llama.cpp", llama_peer(r["kv"]), r["clients"]) if r["engine"] == "kvq" else None
         vs_peer = f"{r['output_tok_s'] / peer['output_tok_s']:.2f}x ({peer['kv']})" if peer else ""
-        print(f"| {r['engine']} | {r['kv']} | {r['clients']} | {r['output_tok_s']:.1f} | "
+        print(f"| {r['engine']} | {r['kv']} | {'' if step is None else step} | {r['clients']} | "
+              f"{r['output_tok_s']:.1f} | "
               f"{r['ttft_p50_s']:.3f} / {r['ttft_p99_s']:.3f} | "
               f"{r['itl_p50_s'] * 1e3:.1f} / {r['itl_p99_s'] * 1e3:.1f} | "
               f"{r['output_tok_s'] / base['output_tok_s']:.2f}x | {vs_peer} |")
