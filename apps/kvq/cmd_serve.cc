@@ -113,8 +113,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--prefill-step-ms", a->prefill_step_ms,
                   "While sequences stream, a new prompt's prefill runs at most about this long "
                   "between two of their tokens (a 256-token chunk's layers spread over several "
-                  "steps; results do not change); 0: a whole chunk at once (higher throughput "
-                  "and first-token time, longer stalls)")
+                  "steps; results do not change); 0: a whole chunk at once (more tokens/s and "
+                  "earlier first tokens on a busy server, but longer stalls: docs/benchmarks.md)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}))
       ->capture_default_str();
   cmd->add_option("--ctx", a->ctx,
