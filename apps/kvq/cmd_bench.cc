@@ -1,5 +1,6 @@
 // kvq bench: prefill / decode throughput against the machine's measured bandwidth and sgemm
 // peak (definitions in src/kvq/eval/throughput.h).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,7 +23,7 @@ struct BenchArgs {
   std::string model_dir;
   eval::BenchOptions options;
   std::vector<std::string> kv_caches = {"auto"};
-  std::vector<std::string> weights = {"f32"};
+  std::vector<std::string> weights = {"auto"};
   bool no_machine = false, json = false;
 };
 
@@ -30,7 +31,11 @@ void run_bench_cmd(BenchArgs& a) {
   std::vector<runtime::KvCacheOption> kv_options;
   for (const std::string& s : a.kv_caches) kv_options.push_back(runtime::parse_kv_cache_option(s));
   std::vector<DType> weight_dtypes;
-  for (const std::string& s : a.weights) weight_dtypes.push_back(model::parse_weight_dtype(s));
+  for (const std::string& s : a.weights) {
+    const DType w = model::resolve_weight_dtype(s, a.model_dir);
+    if (std::find(weight_dtypes.begin(), weight_dtypes.end(), w) == weight_dtypes.end())
+      weight_dtypes.push_back(w);  // "auto,f32" on an f32 checkpoint: once
+  }
   a.options.machine = !a.no_machine;
   // The tokenizer is not needed; a quantized checkpoint's quantization is. One model per weight
   // dtype, all loaded up front so run_bench measures them side by side.
@@ -92,8 +97,9 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--weights", a->weights,
-                  "Weight dtypes, comma-separated: f32, bf16 (Linear weights and embeddings\n"
-                  "converted to bf16 at load; fp32 arithmetic). Each is loaded and run in turn")
+                  "Weight dtypes, comma-separated: auto (the checkpoint's), f32, bf16 (Linear\n"
+                  "weights and embeddings converted to bf16 at load; fp32 arithmetic). Each is\n"
+                  "loaded and run in turn")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_flag("--no-machine", a->no_machine, "Skip the DRAM bandwidth and sgemm measurements");

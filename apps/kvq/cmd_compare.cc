@@ -15,7 +15,7 @@ namespace kvq::cli {
 namespace {
 
 struct CompareArgs {
-  std::string model, schemes, out = "kvq-compare", data = "../shared/data";
+  std::string model, schemes, out = "kvq-compare", data = "../shared/data", weights = "auto";
   eval::EvalOptions eval;
 };
 
@@ -23,6 +23,7 @@ void run_compare_cmd(const CompareArgs& a) {
   eval::CompareOptions o;
   o.schemes = eval::parse_scheme_list(a.schemes);  // unknown names fail before loading
   o.eval = a.eval;
+  o.eval.weights = model::resolve_weight_dtype(a.weights, a.model);
   o.eval.model_dir = a.model;
   o.eval.data_dir = a.data;
   o.out_dir = a.out;
@@ -77,10 +78,10 @@ void register_compare(CLI::App& app) {
                   "wrapper's default can be overridden)")
       ->capture_default_str()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option_function<std::string>(
-      "--weights", [a](const std::string& w) { a->eval.weights = model::parse_weight_dtype(w); },
-      "Weight dtype: f32 (default), or bf16 (converted at load; the baseline is then the bf16 "
-      "model, cached apart from f32)");
+  cmd->add_option("--weights", a->weights,
+                  std::string(kWeightsHelp) +
+                      " (the baseline is the model with these weights, cached apart per dtype)")
+      ->capture_default_str();
   cmd->add_option("--data", a->data, "Data directory (wikitext-2-raw/, gsm8k/)")
       ->capture_default_str();
   cmd->callback([a] { run_compare_cmd(*a); });

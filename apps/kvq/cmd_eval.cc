@@ -21,7 +21,8 @@ namespace kvq::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model, recipe, task = "wikitext2", data = "../shared/data", cache, kv_cache = "auto";
+  std::string model, recipe, task = "wikitext2", data = "../shared/data", cache, kv_cache = "auto",
+                             weights = "auto";
   std::int64_t limit = 0;
   bool json = false;
   eval::EvalOptions eval;
@@ -60,6 +61,7 @@ void run_eval(EvalArgs a) {
   if (a.task != "wikitext2" && a.task != "kld" && a.task != "gsm8k")
     fail<InvalidArgument>("--task must be wikitext2, kld or gsm8k, got '{}'", a.task);
   eval::EvalOptions o = a.eval;
+  o.weights = model::resolve_weight_dtype(a.weights, a.model);
   o.model_dir = a.model;
   o.data_dir = a.data;
   o.cache_dir = a.cache;
@@ -149,10 +151,10 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--calib-samples", a->eval.calib_samples, "Calibration samples")
       ->check(count_in(1))
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-      "--weights", [a](const std::string& w) { a->eval.weights = model::parse_weight_dtype(w); },
-      "Weight dtype: f32 (default), or bf16 (converted at load; the baseline is then the bf16 "
-      "model, cached apart from f32)");
+  cmd->add_option("--weights", a->weights,
+                  std::string(kWeightsHelp) +
+                      " (the baseline is the model with these weights, cached apart per dtype)")
+      ->capture_default_str();
   cmd->add_option("--data", a->data, "Data directory")->capture_default_str();
   cmd->add_option("--cache", a->cache, "Cache directory for baseline logits / calibration");
   cmd->add_flag("--json", a->json, "Print JSON");

@@ -23,7 +23,7 @@ namespace kvq::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir, prompt, system, kv_cache = "auto", weights = "f32";
+  std::string model_dir, prompt, system, kv_cache = "auto", weights = "auto";
   bool chat = false, json = false, truncate = false;
   std::int64_t max_new_tokens = 128, ctx = 0, top_k = 0;
   double temperature = 0.0, top_p = 1.0;
@@ -57,7 +57,7 @@ model::SamplerConfig checked_sampler_config(const GenerateArgs& a) {
 void run_generate(const GenerateArgs& a) {
   model::Sampler{checked_sampler_config(a)};  // the sampling flags fail before loading
   const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
-  const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
+  const model::LoadOptions load{model::resolve_weight_dtype(a.weights, a.model_dir)};
   runtime::ModelSource src =
       runtime::open_model_source(a.model_dir, /*with_quantization=*/true, load);
   const tok::Tokenizer& tokenizer = *src.tokenizer;
@@ -143,7 +143,7 @@ void run_generate(const GenerateArgs& a) {
     j["prefill_tok_s"] = prefill_tps;
     j["decode_seconds"] = decode_s;
     j["decode_tok_s"] = decode_tps;
-    j["weights"] = a.weights;
+    j["weights"] = model::weight_dtype_label(load.weights);
     j.update(runtime::kv_cache_json(kv));
     j["kv_bytes_per_token"] = kv_bytes;
     write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
@@ -152,7 +152,8 @@ void run_generate(const GenerateArgs& a) {
                "[kvq generate] prompt %lld tokens, %zu new tokens (stop: %s); prefill %.1f tok/s, "
                "decode %.1f tok/s; %s weights; KV cache %s: %lld bytes/token\n",
                static_cast<long long>(prompt_len), generated.size(), stop_reason.c_str(),
-               prefill_tps, decode_tps, a.weights.c_str(), kv.describe().c_str(),
+               prefill_tps, decode_tps,
+               std::string(model::weight_dtype_label(load.weights)).c_str(), kv.describe().c_str(),
                static_cast<long long>(kv_bytes));
 }
 
@@ -192,10 +193,7 @@ void register_generate(CLI::App& app) {
                 "failing");
   cmd->add_option("--kv-cache", a->kv_cache, runtime::kv_cache_flag_help(false))
       ->capture_default_str();
-  cmd->add_option("--weights", a->weights,
-                  "Weight dtype: f32, or bf16 (Linear weights and embeddings converted to bf16 at\n"
-                  "load, half the bytes per decode step; activations and sums stay fp32)")
-      ->capture_default_str();
+  cmd->add_option("--weights", a->weights, kWeightsHelp)->capture_default_str();
   cmd->add_flag("--json", a->json,
                 "Print one JSON object (ids, text, timings) instead of streaming the text");
   cmd->callback([a] { run_generate(*a); });

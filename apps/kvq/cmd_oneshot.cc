@@ -26,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct OneshotArgs {
-  std::string model, recipe, dataset, output, report;
+  std::string model, recipe, dataset, output, report, weights = "auto";
   std::int64_t num_samples = 64;
   std::int64_t max_seq_length = 512;
   std::optional<std::uint64_t> shuffle_seed;
@@ -90,7 +90,8 @@ void run_oneshot(const OneshotArgs& a) {
         "--recipe {}: a KeySmoothingModifier cannot be saved in a checkpoint (no transformers / "
         "vLLM equivalent); drop --output (--report only) or evaluate it with kvq eval / compare",
         a.recipe);
-  auto model = model::CausalLM::load(a.model);
+  auto model = model::CausalLM::load(
+      a.model, model::LoadOptions{model::resolve_weight_dtype(a.weights, a.model)});
   if (a.max_seq_length > model->config().max_position_embeddings)
     fail<InvalidArgument>("--max-seq-length {} is beyond {}'s context (max_position_embeddings {})",
                           a.max_seq_length, a.model, model->config().max_position_embeddings);
@@ -160,6 +161,10 @@ void register_oneshot(CLI::App& app) {
       ->check(tokens_in(1))
       ->capture_default_str();
   cmd->add_option("--shuffle-seed", a->shuffle_seed, "Shuffle the samples with this seed first");
+  cmd->add_option("--weights", a->weights,
+                  std::string(kWeightsHelp) +
+                      "; the checkpoint keeps the input's tensors and dtype whatever this is")
+      ->capture_default_str();
   cmd->add_option("--output", a->output,
                   "Write the quantized checkpoint (+ calibration_report.json and "
                   "calibration_heatmap.png) to this new directory");

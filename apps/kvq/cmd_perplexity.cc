@@ -20,7 +20,7 @@ namespace kvq::cli {
 namespace {
 
 struct PerplexityArgs {
-  std::string model_dir, text_file, kv_cache = "auto", weights = "f32";
+  std::string model_dir, text_file, kv_cache = "auto", weights = "auto";
   std::int64_t ctx = 2048, stride = 0, max_windows = 0, batch = 1, decode_from = 0;
   bool json = false, llama_cpp_scoring = false;
 };
@@ -34,7 +34,7 @@ void run_perplexity(const PerplexityArgs& a) {
   opt.decode_from = a.decode_from;
   opt.score_last_half = a.llama_cpp_scoring;
   const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
-  const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
+  const model::LoadOptions load{model::resolve_weight_dtype(a.weights, a.model_dir)};
   eval::plan_windows(2, opt.ctx, opt.stride, opt.max_windows);  // flag checks before loading
   if (opt.batch < 1) fail<InvalidArgument>("--batch must be >= 1, got {}", opt.batch);
   if (opt.decode_from < 0) {
@@ -80,7 +80,7 @@ void run_perplexity(const PerplexityArgs& a) {
     j["decode_from"] = opt.decode_from;
     j["bos"] = opt.bos ? nlohmann::json(*opt.bos) : nlohmann::json(nullptr);
     j["scored"] = opt.score_last_half ? "last half of each window (llama-perplexity)" : "all";
-    j["weights"] = a.weights;
+    j["weights"] = model::weight_dtype_label(load.weights);
     j.update(runtime::kv_cache_json(kv));
     j["kv_bytes_per_token"] = kv_bytes;
     j.update(eval::perplexity_result_json(r));
@@ -98,7 +98,8 @@ void run_perplexity(const PerplexityArgs& a) {
             opt.decode_from > 0
                 ? fmt::format(", decoded one token at a time after {}", opt.decode_from)
                 : "",
-            r.seconds, r.tokens_per_second, a.weights, kv.describe(), kv_bytes)
+            r.seconds, r.tokens_per_second, model::weight_dtype_label(load.weights), kv.describe(),
+            kv_bytes)
             .c_str());
   }
 }
@@ -150,10 +151,7 @@ void register_perplexity(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_cache, runtime::kv_cache_flag_help(false))
       ->capture_default_str();
-  cmd->add_option("--weights", a->weights,
-                  "Weight dtype: f32, or bf16 (Linear weights and embeddings converted to bf16 at\n"
-                  "load, half the bytes per decode step; activations and sums stay fp32)")
-      ->capture_default_str();
+  cmd->add_option("--weights", a->weights, kWeightsHelp)->capture_default_str();
   cmd->add_flag(
       "--llama-cpp-scoring", a->llama_cpp_scoring,
       "Score only each window's last ctx/2 - 1 tokens and drop a partial last window, as\n"

@@ -21,7 +21,7 @@ namespace kvq::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model_dir, model_name, kv_cache = "auto", weights = "f32", host = "127.0.0.1";
+  std::string model_dir, model_name, kv_cache = "auto", weights = "auto", host = "127.0.0.1";
   int port = 8000;
   std::int64_t kv_cache_memory_mib = 1024, max_seqs = 8, max_queue = 64, ctx = 0;
   std::int64_t prefill_step_ms = serve::SchedulerOptions{}.prefill_step_ms;
@@ -29,7 +29,7 @@ struct ServeArgs {
 
 void run_serve(const ServeArgs& a) {
   const runtime::KvCacheOption kv_option = runtime::parse_kv_cache_option(a.kv_cache);
-  const model::LoadOptions load{model::parse_weight_dtype(a.weights)};
+  const model::LoadOptions load{model::resolve_weight_dtype(a.weights, a.model_dir)};
   runtime::ModelSource src =
       runtime::open_model_source(a.model_dir, /*with_quantization=*/true, load);
   serve::ServerOptions options;
@@ -95,7 +95,7 @@ void register_serve(CLI::App& app) {
                   "The name requests use (\"model\"); default: the directory's name");
   cmd->add_option("--kv-cache", a->kv_cache, runtime::kv_cache_flag_help(false))
       ->capture_default_str();
-  cmd->add_option("--weights", a->weights, "Weight dtype: f32 or bf16")->capture_default_str();
+  cmd->add_option("--weights", a->weights, kWeightsHelp)->capture_default_str();
   cmd->add_option("--kv-cache-memory", a->kv_cache_memory_mib,
                   "KV cache budget in MiB, shared by every sequence (blocks of 16 tokens; a "
                   "request reserves its prompt + max_tokens)")

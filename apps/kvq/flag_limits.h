@@ -18,6 +18,12 @@ inline constexpr std::int64_t kMaxCount = std::int64_t{1} << 20;
 inline constexpr int kMaxThreads = 1024;
 
 inline CLI::Range tokens_in(std::int64_t min) { return CLI::Range(min, kMaxTokens); }
+
+// --weights of every command that loads a model (model::resolve_weight_dtype).
+inline constexpr const char* kWeightsHelp =
+    "Weight storage: auto (the checkpoint's: bf16 when its Linear weights and embeddings are\n"
+    "bf16, else f32), f32, or bf16 (converted at load: half the bytes per decode step);\n"
+    "activations and sums are fp32 either way";
 inline CLI::Range count_in(std::int64_t min) { return CLI::Range(min, kMaxCount); }
 
 }  // namespace kvq::cli

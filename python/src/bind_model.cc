@@ -210,7 +210,7 @@ void PyModel::set_lifecycle(std::unique_ptr<lifecycle::QuantizationLifecycle> lc
 }
 
 ModelPtr load_model(const std::filesystem::path& path, const std::string& weights) {
-  const model::LoadOptions options{model::parse_weight_dtype(weights)};
+  const model::LoadOptions options{model::resolve_weight_dtype(weights, path)};
   auto m = std::make_shared<PyModel>();
   m->weights = std::string(model::weight_dtype_label(options.weights));
   with_path(path, [&] {
@@ -224,7 +224,7 @@ ModelPtr load_model(const std::filesystem::path& path, const std::string& weight
 
 ModelPtr as_model(pyb::handle model_or_path) {
   if (pyb::isinstance<PyModel>(model_or_path)) return model_or_path.cast<ModelPtr>();
-  if (is_path_like(model_or_path)) return load_model(to_path(model_or_path), "f32");
+  if (is_path_like(model_or_path)) return load_model(to_path(model_or_path), "auto");
   throw pyb::type_error("model: expected a kvq.Model or a model directory");
 }
 
@@ -434,7 +434,7 @@ void bind_model(pyb::module_& m) {
       [](pyb::handle path, const std::string& weights) {
         return load_model(to_path(path), weights);
       },
-      pyb::arg("path"), pyb::arg("weights") = "f32",
+      pyb::arg("path"), pyb::arg("weights") = "auto",
       "Loads a Hugging Face model directory (a quantized checkpoint with its quantization).");
 
   m.def(

@@ -244,7 +244,7 @@ pyb::dict compare(pyb::handle model_arg, pyb::object schemes, pyb::handle out_di
   o.eval.gsm8k_batch = gsm8k_batch;
   o.eval.decode_context = decode_context;
   o.eval.decode_steps = decode_steps;
-  o.eval.weights = model::parse_weight_dtype(weights);
+  o.eval.weights = model::resolve_weight_dtype(weights, o.eval.model_dir);
   o.out_dir = to_path(out_dir);
   eval::CompareResult r;
   with_path(o.eval.model_dir, [&] { run_native([&] { r = eval::run_compare(o); }); });
@@ -283,7 +283,7 @@ void bind_run(pyb::module_& m) {
         a::arg("text_file") = a::none(), a::arg("kld") = "topk", a::arg("ctx") = 512,
         a::arg("max_windows") = 8, a::arg("calib_samples") = 32, a::arg("gsm8k_limit") = 0,
         a::arg("gsm8k_batch") = 8, a::arg("decode_context") = 256, a::arg("decode_steps") = 16,
-        a::arg("weights") = "f32",
+        a::arg("weights") = "auto",
         "`kvq compare`: calibrates and evaluates the schemes (default: the built-in list) against\n"
         "the unquantized model, writes out_dir/results.{json,md} and the plot, and returns\n"
         "results.json as a dict. Resumes from out_dir's caches like the CLI.");

@@ -69,7 +69,7 @@ struct CausalLM::Layer {
 DType parse_weight_dtype(std::string_view name) {
   if (name == "f32") return DType::kF32;
   if (name == "bf16") return DType::kBF16;
-  fail<InvalidArgument>("unknown weight dtype '{}' (expected f32 or bf16)", name);
+  fail<InvalidArgument>("unknown weight dtype '{}' (expected auto, f32 or bf16)", name);
 }
 
 std::string_view weight_dtype_label(DType dtype) {

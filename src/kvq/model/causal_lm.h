@@ -61,6 +61,13 @@ struct LoadOptions {
 };
 // "f32" → kF32, "bf16" → kBF16 (the `--weights` flag); InvalidArgument otherwise.
 DType parse_weight_dtype(std::string_view name);
+// The `--weights` flag for the checkpoint in model_dir: "auto" (every command's default) → kBF16
+// when each floating-point matrix of the checkpoint (`*.weight` with two dimensions: Linear
+// weights, embeddings) is BF16, so a bf16 checkpoint runs at its own size as transformers'
+// dtype="auto" loads it (an 8B model in 16 GB, not 32), else kF32; "f32" / "bf16" as
+// parse_weight_dtype. The arithmetic is fp32 either way and a bf16 value widens exactly, so for a
+// bf16 checkpoint the two differ only in the kernels' summation order.
+DType resolve_weight_dtype(std::string_view name, const std::filesystem::path& model_dir);
 // kF32 → "f32", kBF16 → "bf16".
 std::string_view weight_dtype_label(DType dtype);
 

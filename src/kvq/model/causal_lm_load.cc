@@ -15,4 +15,18 @@ std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& model_dir,
   return from_weights(config, weights, model_dir.string(), options);
 }
 
+DType resolve_weight_dtype(std::string_view name, const std::filesystem::path& model_dir) {
+  if (name != "auto") return parse_weight_dtype(name);
+  const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
+  bool any = false;
+  for (const std::string& tensor : st.names()) {
+    const io::TensorInfo& info = st.info(tensor);
+    if (info.shape.size() != 2 || !dtype_is_float(info.dtype) || !tensor.ends_with(".weight"))
+      continue;
+    if (info.dtype != DType::kBF16) return DType::kF32;
+    any = true;
+  }
+  return any ? DType::kBF16 : DType::kF32;
+}
+
 }  // namespace kvq::model

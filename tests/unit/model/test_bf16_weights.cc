@@ -148,5 +148,48 @@ TEST(WeightDtype, ParsesTheFlagAndRejectsOthers) {
   EXPECT_THROW(CausalLM::load(tiny_dir("gqa"), LoadOptions{DType::kF16}), InvalidArgument);
 }
 
+// A copy of the tiny model with every matrix stored as BF16 (`keep_f32`: one matrix left F32).
+std::filesystem::path write_bf16_copy(const kvq::test::TempDir& dir, const std::string& keep_f32) {
+  std::filesystem::copy_file(tiny_dir("gqa") / "config.json", dir.path() / "config.json");
+  io::SafetensorsWriter w;
+  for (const auto& [name, t] : load_weights(tiny_dir("gqa"))) {
+    if (t.ndim() != 2 || name == keep_f32) {
+      w.add(name, t);
+      continue;
+    }
+    Tensor b(DType::kBF16, t.shape());
+    const std::vector<float> v = t.to_f32_vector();
+    auto* bits = static_cast<std::uint16_t*>(b.mutable_data());
+    for (std::size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_bf16(v[i]);
+    w.add(name, std::move(b));
+  }
+  w.write(dir.path() / "model.safetensors");
+  return dir.path();
+}
+
+// --weights auto: a bf16 checkpoint keeps bf16 storage (the same logits as widening it to fp32,
+// at half the memory), anything else loads as fp32 as before.
+TEST(WeightDtype, AutoTakesTheCheckpointsDtype) {
+  kvq::test::TempDir bf16_dir, mixed_dir;
+  const auto bf16 = write_bf16_copy(bf16_dir, "");
+  const auto mixed = write_bf16_copy(mixed_dir, "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(resolve_weight_dtype("auto", tiny_dir("gqa")), DType::kF32);
+  EXPECT_EQ(resolve_weight_dtype("auto", bf16), DType::kBF16);
+  EXPECT_EQ(resolve_weight_dtype("auto", mixed), DType::kF32);  // one F32 matrix: fp32
+  EXPECT_EQ(resolve_weight_dtype("f32", bf16), DType::kF32);
+  EXPECT_EQ(resolve_weight_dtype("bf16", tiny_dir("gqa")), DType::kBF16);
+  EXPECT_THROW(resolve_weight_dtype("fp16", bf16), InvalidArgument);
+  EXPECT_THROW(resolve_weight_dtype("auto", bf16 / "missing"), IoError);
+
+  const auto as_bf16 = CausalLM::load(bf16, LoadOptions{resolve_weight_dtype("auto", bf16)});
+  const auto as_f32 = CausalLM::load(bf16, LoadOptions{DType::kF32});
+  EXPECT_EQ(as_bf16->find_module("model.layers.1.self_attn.k_proj")->weight().dtype(),
+            DType::kBF16);
+  EXPECT_EQ(as_f32->find_module("model.layers.1.self_attn.k_proj")->weight().dtype(), DType::kF32);
+  KvCache a = as_bf16->make_cache(1, 16), b = as_f32->make_cache(1, 16);
+  EXPECT_TRUE(bit_identical(as_bf16->forward(kPrompt, a, LogitsMode::kAll),
+                            as_f32->forward(kPrompt, b, LogitsMode::kAll)));
+}
+
 }  // namespace
 }  // namespace kvq::model::test
