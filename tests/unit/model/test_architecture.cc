@@ -541,6 +541,30 @@ TEST(Architecture, Phi3PartialRotaryAndLongRopeAreRefusedByName) {
   }
 }
 
+// Phi-3-mini-4k-instruct's config.json (as on the Hub, auto_map left out) runs as the phi3 row: a
+// window of 2047 on every layer, fused tensors of 3 · 3072 and 2 · 8192 rows.
+TEST(Architecture, Phi3Mini4kConfigRuns) {
+  const nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["Phi3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+    "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32064})");
+  const model::ModelConfig c = parse_model_config(j, "phi-3-mini");
+  const Architecture& a = find_architecture(c, "phi-3-mini");
+  EXPECT_EQ(a.model_type, "phi3");
+  EXPECT_NO_THROW(check_forward_support(a, c, "phi-3-mini"));
+  EXPECT_EQ(layer_windows(a, c, "phi-3-mini"), std::vector<std::int64_t>(32, 2047));
+  const std::map<std::string, Shape> t = shapes_of(c);
+  EXPECT_EQ(t.at("model.layers.31.self_attn.qkv_proj.weight"), Shape({3 * 3072, 3072}));
+  EXPECT_EQ(t.at("model.layers.31.mlp.gate_up_proj.weight"), Shape({2 * 8192, 3072}));
+  // embed_tokens, norm, lm_head; per layer qkv, o, gate_up, down and 2 norms.
+  EXPECT_EQ(t.size(), 3u + 32u * 6u);
+}
+
 // The tiny Phi-3 as transformers wrote it: kvq's q/k/v_proj and gate/up_proj hold the fused
 // tensors' rows (views of the checkpoint), with Phi-3's classes and module names.
 TEST(Architecture, Phi3LoadsItsFusedCheckpoint) {
