@@ -18,6 +18,9 @@ golden.safetensors for each variant in VARIANTS:
                 (window 6, rope_theta 1e4) and layer 2 global (rope_theta 1e6, linear scaling 4:
                 sliding_window_pattern 3), final logit softcapping 10 (real Gemma 3 sets it
                 null; set here so its code path is checked), prompts of 9 and 20 tokens
+  phi3          Phi3ForCausalLM: fused self_attn.qkv_proj and mlp.gate_up_proj (kvq splits them
+                at load), a sliding window of 12 tokens on every layer (Phi-3-mini-4k has 2047),
+                intermediate 64; prompts of 9 tokens (its decode crosses the window) and 40
 
 Differences to tiny_llama's goldens: the per-layer keys are the post-RoPE (post-q/k-norm) keys as
 attention computed them for every prompt token, captured by wrapping the modeling module's
@@ -48,10 +51,13 @@ from transformers import (
     Gemma3ForCausalLM,
     Gemma3TextConfig,
     Qwen3ForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
 )
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
+from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
 
@@ -160,6 +166,21 @@ VARIANTS = {
             },
         ),
     ),
+    "phi3": dict(
+        seed=2606,
+        cls=(Phi3Config, Phi3ForCausalLM, modeling_phi3),
+        prompts=(9, 40),
+        config=dict(
+            COMMON,
+            num_hidden_layers=2,
+            intermediate_size=64,
+            tie_word_embeddings=False,
+            pad_token_id=None,  # Phi3Config's 32000 is past the tiny vocabulary
+            sliding_window=12,
+            original_max_position_embeddings=256,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+        ),
+    ),
 }
 
 DECODE_STEPS = 8
@@ -205,6 +226,14 @@ def init_weights(model: torch.nn.Module, seed: int, norm_one: float = 1.0) -> No
                 p.copy_(STD_LM_HEAD * torch.randn(p.shape, generator=gen))
             elif name.endswith(("q_proj.weight", "k_proj.weight")):
                 p.copy_(STD_QK * torch.randn(p.shape, generator=gen))
+            elif name.endswith("qkv_proj.weight"):  # Phi-3: q and k rows as q/k_proj, v as v_proj
+                w = torch.randn(p.shape, generator=gen)
+                v_rows = model.config.num_key_value_heads * (
+                    model.config.hidden_size // model.config.num_attention_heads
+                )
+                w[:-v_rows] *= STD_QK
+                w[-v_rows:] *= STD_LINEAR
+                p.copy_(w)
             elif name.endswith(".bias"):
                 p.copy_(STD_BIAS * torch.randn(p.shape, generator=gen))
             elif name.endswith(".weight"):
@@ -234,6 +263,22 @@ class RopeCapture:
         self.modeling.apply_rotary_pos_emb = self.orig
 
 
+def split_qkv(model, qkv: torch.Tensor):
+    """Phi-3's fused qkv_proj output [..., (H + 2 Hkv) d] as (q, k, v), as Phi3Attention slices it."""
+    c = model.config
+    d = c.hidden_size // c.num_attention_heads
+    q_rows, kv_rows = c.num_attention_heads * d, c.num_key_value_heads * d
+    return qkv[..., :q_rows], qkv[..., q_rows : q_rows + kv_rows], qkv[..., q_rows + kv_rows :]
+
+
+def value_module(model, layer):
+    """The Linear whose output holds the values, and how to take them from it."""
+    attn = layer.self_attn
+    if hasattr(attn, "qkv_proj"):
+        return attn.qkv_proj, lambda o: split_qkv(model, o)[2]
+    return attn.v_proj, lambda o: o
+
+
 def recompute_layer0(model, modeling, ids: torch.Tensor):
     """Layer 0's q, k, v from the modules, independently of the attention forward."""
     m = model.model
@@ -241,9 +286,13 @@ def recompute_layer0(model, modeling, ids: torch.Tensor):
     h = m.embed_tokens(ids)
     x = m.layers[0].input_layernorm(h)
     S = ids.shape[1]
-    q = attn.q_proj(x).view(1, S, -1, attn.head_dim)
-    k = attn.k_proj(x).view(1, S, -1, attn.head_dim)
-    v = attn.v_proj(x).view(1, S, -1, attn.head_dim).transpose(1, 2)
+    if hasattr(attn, "qkv_proj"):  # Phi-3: q, k, v rows of one fused Linear
+        q, k, v = split_qkv(model, attn.qkv_proj(x))
+    else:
+        q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+    q = q.view(1, S, -1, attn.head_dim)
+    k = k.view(1, S, -1, attn.head_dim)
+    v = v.view(1, S, -1, attn.head_dim).transpose(1, 2)
     if hasattr(attn, "q_norm"):
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
@@ -301,10 +350,14 @@ def make_variant(name: str, spec: dict) -> None:
             ids2 = ids.unsqueeze(0)
             S = ids.numel()
             vcap: list[torch.Tensor] = []
-            handles = [
-                layer.self_attn.v_proj.register_forward_hook(lambda m, i, o: vcap.append(o.detach().clone()))
-                for layer in model.model.layers
-            ]
+            handles = []
+            for layer in model.model.layers:
+                module, take = value_module(model, layer)
+                handles.append(
+                    module.register_forward_hook(
+                        lambda m, i, o, take=take: vcap.append(take(o).detach().clone())
+                    )
+                )
             with RopeCapture(modeling) as cap:
                 out = model(input_ids=ids2, use_cache=True)
             for h in handles:

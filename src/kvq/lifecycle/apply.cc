@@ -349,6 +349,7 @@ std::unique_ptr<QuantizationLifecycle> apply_quantization_config(model::CausalLM
   std::vector<std::string> targets;
   for (auto& [t, s] : target_to_scheme) targets.push_back(t);
   const std::vector<std::string> ignore = config.ignore.value_or(std::vector<std::string>{});
+  refuse_fused_module_targets(model, targets, "quantization config");
   std::vector<std::string> unmatched;
   auto matched =
       match_named_modules(model.root(), targets, ignore, /*warn_on_fail=*/true, &unmatched);

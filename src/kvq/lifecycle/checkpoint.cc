@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "kvq/core/error.h"
@@ -180,14 +181,45 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
   writer.set_metadata("format", "pt");
   const model::ModelConfig& model_config = lifecycle.model().config();
   // Linear weights with a fused rotation are written as the model now holds them, in the
-  // checkpoint's dtype (compressed-tensors saves the fused weights too).
+  // checkpoint's dtype (compressed-tensors saves the fused weights too). A module whose rows the
+  // checkpoint stacks with others' (Phi-3's v_proj in qkv_proj: model/architecture.h,
+  // FusedLinear) goes back into its rows of that tensor; the other rows stay as stored.
   std::map<std::string, Tensor> fused;
-  for (const model::Module* m : lifecycle.model().root().named_modules()) {
-    const auto& names = lifecycle.transforms().fused_modules();
+  std::map<std::string, Tensor> stacks;  // such stacked tensors being rewritten, in fp32
+  const model::Architecture& arch = lifecycle.model().architecture();
+  const std::vector<const model::Module*> modules = lifecycle.model().root().named_modules();
+  const auto rows_of = [&](const std::string& module) {
+    for (const model::Module* m : modules) {
+      if (m->name() == module) return m->weight().shape()[0];
+    }
+    KVQ_CHECK(false, "no module {}", module);
+    return std::int64_t{0};
+  };
+  const auto& names = lifecycle.transforms().fused_modules();
+  for (const model::Module* m : modules) {
     if (std::find(names.begin(), names.end(), m->name()) == names.end()) continue;
-    const std::string name = m->name() + ".weight";
-    fused[name] = in_dtype(m->weight(), src.tensor(name).dtype(), name);
+    const std::optional<model::FusedModule> stack = model::fused_module_of(arch, m->name());
+    if (!stack) {
+      const std::string name = m->name() + ".weight";
+      fused[name] = in_dtype(m->weight(), src.tensor(name).dtype(), name);
+      continue;
+    }
+    const std::string name = stack->name + ".weight";
+    auto it = stacks.find(name);
+    if (it == stacks.end()) it = stacks.emplace(name, src.tensor(name).to_f32().clone()).first;
+    std::int64_t row = 0;  // m's first row in the stack
+    for (const std::string& part : stack->parts) {
+      if (part == m->name()) break;
+      row += rows_of(part);
+    }
+    const Tensor w = m->weight().to_f32();
+    Tensor& t = it->second;
+    KVQ_CHECK(w.ndim() == 2 && t.ndim() == 2 && w.shape()[1] == t.shape()[1] &&
+                  row + w.shape()[0] <= t.shape()[0],
+              "{} does not fit its rows of {}", m->name(), name);
+    std::memcpy(t.f32() + row * t.shape()[1], w.f32(), w.nbytes());
   }
+  for (const auto& [name, t] : stacks) fused[name] = in_dtype(t, src.tensor(name).dtype(), name);
   for (const std::string& name : src.names()) {
     if (model::is_attention_qparam(model_config, name)) continue;  // stale ones are replaced below
     auto it = fused.find(name);

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/tokenizer/regex.h"
@@ -151,6 +153,30 @@ bool is_narrow_match(model::Module& root, std::span<const std::string> targets,
     if (!child_matches) return true;
   }
   return false;
+}
+
+void refuse_fused_module_targets(const model::CausalLM& model, std::span<const std::string> targets,
+                                 std::string_view where) {
+  const model::Architecture& arch = model.architecture();
+  if (arch.fused_linears.empty()) return;
+  const std::vector<model::FusedModule> fused = model::fused_modules(arch, model.config());
+  for (const std::string& target : targets) {
+    for (const model::FusedModule& f : fused) {
+      if (!match_name(f.name, target)) continue;
+      const bool parts_too = std::all_of(f.parts.begin(), f.parts.end(), [&](const std::string& p) {
+        return match_name(p, target);
+      });
+      if (parts_too) continue;
+      fail<NotSupported>(
+          "{}: target '{}' selects {}'s fused Linear {} (as transformers names it), which kvq "
+          "splits at load into {} (their rows of the checkpoint's {}.weight); target those by "
+          "names that do not also match the fused one (re:.*self_attn\\.v_proj$, not "
+          "re:.*v_proj$), or the attention module ({} / re:.*self_attn$) for attention and "
+          "KV-cache quantization",
+          where, target, arch.hf_class, f.name, fmt::join(f.parts, ", "), f.name,
+          arch.attention_classes.front());
+    }
+  }
 }
 
 }  // namespace kvq::lifecycle

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvq/model/causal_lm.h"
 #include "kvq/model/module.h"
 
 namespace kvq::lifecycle {
@@ -50,5 +51,15 @@ bool is_narrow_match(model::Module& root, std::span<const std::string> targets,
 
 // root's descendant called `name` ("" = root); nullptr when absent.
 model::Module* find_submodule(model::Module& root, std::string_view name);
+
+// A recipe written for transformers may name a Linear that transformers has and kvq splits at load
+// (Phi-3's qkv_proj, gate_up_proj: model/architecture.h, FusedLinear). NotSupported naming
+// `where`, the target, the fused module and its parts when a name target ("re:" pattern or exact
+// name) matches such a module of `model` without matching each of its parts, so it means the fused
+// module kvq's tree does not have (it would otherwise match nothing, or only some of its rows).
+// Targets that match the parts too ("re:.*self_attn", "re:.*proj$") select in kvq what they select
+// in transformers, split; class targets ("Linear") match the parts as they match the fused module.
+void refuse_fused_module_targets(const model::CausalLM& model, std::span<const std::string> targets,
+                                 std::string_view where);
 
 }  // namespace kvq::lifecycle

@@ -130,6 +130,7 @@ std::unique_ptr<AppliedTransforms> apply_transforms(model::CausalLM& model,
         applied->summary_.push_back(where + ": already fused into the checkpoint's weights");
         continue;
       }
+      refuse_fused_module_targets(model, args.targets, where);
       std::vector<std::string> unmatched;
       const auto matched =
           match_named_modules(model.root(), args.targets, args.ignore, false, &unmatched);

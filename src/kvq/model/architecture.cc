@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -11,8 +13,8 @@
 namespace kvq::model {
 namespace {
 
-const std::array<Architecture, 5>& table() {
-  static const std::array<Architecture, 5> rows = {
+const std::array<Architecture, 6>& table() {
+  static const std::array<Architecture, 6> rows = {
       Architecture{
           .hf_class = "LlamaForCausalLM",
           .model_type = "llama",
@@ -97,6 +99,31 @@ const std::array<Architecture, 5>& table() {
           .rotary_classes = {"Gemma3RotaryEmbedding", "Module"},
           .activation_classes = {"GELUTanh", "Module"},
           .embedding_classes = {"Gemma3TextScaledWordEmbedding", "Embedding", "Module"},
+      },
+      // Phi-3 (mini / small-context variants): Llama's forward with an optional sliding window
+      // on every layer; fused qkv_proj / gate_up_proj in the checkpoint, split at load.
+      Architecture{
+          .hf_class = "Phi3ForCausalLM",
+          .model_type = "phi3",
+          .hidden_act = "silu",
+          .forward = {.window_layers = WindowLayers::kAll},
+          .default_sliding_window = 0,
+          .fused_linears = {{.name = "self_attn.qkv_proj",
+                             .parts = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+                            {.name = "mlp.gate_up_proj",
+                             .parts = {"mlp.gate_proj", "mlp.up_proj"}}},
+          .o_proj_first = true,
+          .activation_module = "activation_fn",
+          .layer_dropouts = {"resid_attn_dropout", "resid_mlp_dropout"},
+          .causal_lm_classes = {"Phi3ForCausalLM", "Phi3PreTrainedModel", "PreTrainedModel",
+                                "Module"},
+          .model_classes = {"Phi3Model", "Phi3PreTrainedModel", "PreTrainedModel", "Module"},
+          .decoder_layer_classes = {"Phi3DecoderLayer", "GradientCheckpointingLayer", "Module"},
+          .attention_classes = {"Phi3Attention", "Module"},
+          .mlp_classes = {"Phi3MLP", "Module"},
+          .norm_classes = {"Phi3RMSNorm", "Module"},
+          .rotary_classes = {"Phi3RotaryEmbedding", "Module"},
+          .activation_classes = {"SiLUActivation", "Module"},
       },
   };
   return rows;
@@ -237,6 +264,11 @@ void check_forward_support(const Architecture& arch, const model::ModelConfig& c
   if (arch.forward.final_softcapping && c.use_bidirectional_attention) {
     missing.push_back("use_bidirectional_attention");
   }
+  // transformers rotates the first head_dim · factor dimensions only (Phi-4-mini: 0.75); kvq's
+  // RoPE rotates every dimension.
+  if (c.partial_rotary_factor != 1.0) {
+    missing.push_back(fmt::format("partial_rotary_factor {}", c.partial_rotary_factor));
+  }
   if (!missing.empty()) {
     fail<NotSupported>("{}: {} needs what kvq's forward pass does not implement yet: {}", source,
                        arch.hf_class, name_list(missing, missing.size()));
@@ -248,8 +280,9 @@ std::vector<std::int64_t> layer_windows(const Architecture& arch, const model::M
   const auto layers = static_cast<std::size_t>(c.num_hidden_layers);
   std::vector<std::int64_t> out(layers, 0);
   // transformers' config default when config.json has no "sliding_window" (MistralConfig,
-  // Qwen2Config, Qwen3Config, Gemma3TextConfig all say 4096); null is 0, no window.
-  const std::int64_t window = c.sliding_window.value_or(4096);
+  // Qwen2Config, Qwen3Config, Gemma3TextConfig all say 4096, Phi3Config none); null is 0, no
+  // window.
+  const std::int64_t window = c.sliding_window.value_or(arch.default_sliding_window);
   switch (arch.forward.window_layers) {
     case WindowLayers::kNone:
       return out;
@@ -280,7 +313,10 @@ std::vector<std::int64_t> layer_windows(const Architecture& arch, const model::M
   return out;
 }
 
-std::vector<TensorSpec> expected_tensors(const Architecture& arch, const model::ModelConfig& c) {
+namespace {
+
+// The tensors of kvq's modules (every Linear its own tensor), in module order.
+std::vector<TensorSpec> module_tensors(const Architecture& arch, const model::ModelConfig& c) {
   const ForwardSpec& f = arch.forward;
   const std::int64_t h = c.hidden_size, inter = c.intermediate_size;
   const std::int64_t q_rows = c.num_attention_heads * c.head_dim;
@@ -314,6 +350,122 @@ std::vector<TensorSpec> expected_tensors(const Architecture& arch, const model::
   }
   out.push_back({"model.norm.weight", {h}});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return out;
+}
+
+std::string layer_prefix(std::int64_t layer) { return fmt::format("model.layers.{}.", layer); }
+
+}  // namespace
+
+std::vector<TensorSpec> expected_tensors(const Architecture& arch, const model::ModelConfig& c) {
+  std::vector<TensorSpec> unfused = module_tensors(arch, c);
+  if (arch.fused_linears.empty()) return unfused;
+  // Part tensor name → (fused tensor name, whether it is the first part).
+  std::map<std::string, std::pair<std::string, bool>> part_of;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    for (const FusedLinear& f : arch.fused_linears) {
+      for (std::size_t i = 0; i < f.parts.size(); ++i) {
+        part_of[p + std::string(f.parts[i]) + ".weight"] = {p + std::string(f.name) + ".weight",
+                                                            i == 0};
+      }
+    }
+  }
+  std::map<std::string, std::int64_t> rows;
+  for (const TensorSpec& t : unfused) {
+    auto it = part_of.find(t.name);
+    if (it != part_of.end()) rows[it->second.first] += t.shape[0];
+  }
+  std::vector<TensorSpec> out;
+  for (TensorSpec& t : unfused) {
+    auto it = part_of.find(t.name);
+    if (it == part_of.end()) {
+      out.push_back(std::move(t));
+    } else if (it->second.second) {  // the fused tensor where its first part was
+      out.push_back({it->second.first, {rows[it->second.first], t.shape[1]}});
+    }
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> split_fused_linears(const Architecture& arch,
+                                                  const model::ModelConfig& c,
+                                                  const std::map<std::string, Tensor>& weights,
+                                                  std::string_view source) {
+  std::map<std::string, Tensor> out = weights;
+  if (arch.fused_linears.empty()) return out;
+  std::map<std::string, Shape> part_shapes;
+  for (const TensorSpec& t : module_tensors(arch, c)) part_shapes.emplace(t.name, t.shape);
+  for (const FusedModule& f : fused_modules(arch, c)) {
+    const std::string name = f.name + ".weight";
+    auto it = out.find(name);
+    if (it == out.end()) continue;  // check_checkpoint_tensors names what is missing
+    const Tensor fused = it->second;
+    std::vector<Shape> shapes;
+    std::int64_t rows = 0;
+    std::string split;
+    for (const std::string& part : f.parts) {
+      const Shape& s = part_shapes.at(part + ".weight");
+      shapes.push_back(s);
+      rows += s[0];
+      const std::string_view short_name = std::string_view(part).substr(part.rfind('.') + 1);
+      split += fmt::format("{}{} {}", split.empty() ? "" : " + ", short_name, s[0]);
+    }
+    const Shape want = {rows, shapes.front()[1]};
+    if (fused.shape() != want) {
+      fail<ConfigError>(
+          "{}: tensor '{}' has shape {} but the config implies {} (rows {}; hidden_size {}, heads "
+          "{}, kv heads {}, head_dim {}, intermediate_size {})",
+          source, name, shape_str(fused.shape()), shape_str(want), split, c.hidden_size,
+          c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.intermediate_size);
+    }
+    auto owner = std::make_shared<const Tensor>(fused);
+    const auto* bytes = static_cast<const std::uint8_t*>(fused.data());
+    const std::size_t row_bytes = static_cast<std::size_t>(want[1]) * dtype_size(fused.dtype());
+    std::int64_t row = 0;
+    for (std::size_t i = 0; i < f.parts.size(); ++i) {
+      const std::string part = f.parts[i] + ".weight";
+      if (out.contains(part)) {
+        fail<ConfigError>("{}: the checkpoint holds both '{}' and '{}', which holds its rows",
+                          source, part, name);
+      }
+      out.emplace(part, Tensor::view(fused.dtype(), shapes[i],
+                                     bytes + static_cast<std::size_t>(row) * row_bytes, owner));
+      row += shapes[i][0];
+    }
+    out.erase(name);
+  }
+  return out;
+}
+
+std::optional<FusedModule> fused_module_of(const Architecture& arch, std::string_view module) {
+  constexpr std::string_view kLayers = "model.layers.";
+  if (arch.fused_linears.empty() || !module.starts_with(kLayers)) return std::nullopt;
+  const std::size_t dot = module.find('.', kLayers.size());
+  if (dot == std::string_view::npos) return std::nullopt;
+  const std::string prefix(module.substr(0, dot + 1));  // "model.layers.3."
+  const std::string_view rest = module.substr(dot + 1);
+  for (const FusedLinear& f : arch.fused_linears) {
+    for (std::string_view part : f.parts) {
+      if (part != rest) continue;
+      FusedModule out{prefix + std::string(f.name), {}};
+      for (std::string_view p : f.parts) out.parts.push_back(prefix + std::string(p));
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<FusedModule> fused_modules(const Architecture& arch, const model::ModelConfig& c) {
+  std::vector<FusedModule> out;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    for (const FusedLinear& f : arch.fused_linears) {
+      FusedModule m{p + std::string(f.name), {}};
+      for (std::string_view part : f.parts) m.parts.push_back(p + std::string(part));
+      out.push_back(std::move(m));
+    }
+  }
   return out;
 }
 

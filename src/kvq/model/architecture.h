@@ -5,7 +5,9 @@
 // (also Llama 3.x: rope_scaling comes from config.json), Qwen2 / Qwen2.5 (q/k/v biases), Qwen3
 // (q/k RMSNorm per head before RoPE), Mistral (sliding window on every layer), Gemma 3's text
 // model ((1 + w) sandwich norms, q/k norms, scaled embeddings, query_pre_attn_scalar, GeGLU,
-// interleaved sliding / global layers with their own RoPE bases, final logit softcapping).
+// interleaved sliding / global layers with their own RoPE bases, final logit softcapping), Phi-3
+// (Llama's forward; its checkpoint fuses q/k/v into qkv_proj and gate/up into gate_up_proj, which
+// loading splits into kvq's usual modules: FusedLinear).
 //
 // Loading refuses what kvq cannot run instead of guessing: an architecture that has no row, a
 // checkpoint tensor the row does not know (a Qwen2 q_proj.bias would otherwise be dropped
@@ -14,6 +16,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,7 +46,8 @@ enum class RopeStyle {
 // see every earlier token): the family's config convention, as transformers reads it.
 enum class WindowLayers {
   kNone,     // no sliding window; a sliding_window in the config is ignored      (Llama)
-  kAll,      // every layer; sliding_window null = none, absent = 4096            (Mistral)
+  kAll,      // every layer; sliding_window null = none, absent = the row's
+             // default_sliding_window                                  (Mistral: 4096, Phi-3: none)
   kOptIn,    // only with use_sliding_window (default false): the layers layer_types names
              // "sliding_attention", or without layer_types those from max_window_layers (default
              // 28) on; sliding_window absent = 4096                              (Qwen2, Qwen3)
@@ -73,11 +77,36 @@ struct ForwardSpec {
   bool final_softcapping = false;
 };
 
+// A checkpoint Linear that stacks several of kvq's Linear modules along its output rows, in the
+// order of `parts` (Phi-3: self_attn.qkv_proj = q_proj, k_proj, v_proj rows; mlp.gate_up_proj =
+// gate_proj, up_proj rows). Loading splits it (split_fused_linears: each part a view of its rows),
+// so the module tree, hooks, transforms and calibration see the usual q/k/v and gate/up modules,
+// in the tree where transformers registers the fused one; lifecycle::save_pretrained writes it
+// back fused under its own name.
+struct FusedLinear {
+  std::string_view name;                // under "model.layers.N.": "self_attn.qkv_proj"
+  std::vector<std::string_view> parts;  // under "model.layers.N.": "self_attn.q_proj", ...
+};
+
 struct Architecture {
   std::string_view hf_class;    // config.json "architectures"[0]: "LlamaForCausalLM"
   std::string_view model_type;  // config.json "model_type": "llama"
   std::string_view hidden_act;  // the gated MLP's activation it runs ("silu": SwiGLU)
   ForwardSpec forward;          // the decoder layer's knobs
+  // The sliding window when config.json has no "sliding_window" (the config class's default;
+  // 0 = none): MistralConfig / Qwen2Config / Qwen3Config / Gemma3TextConfig say 4096, Phi3Config
+  // None.
+  std::int64_t default_sliding_window = 4096;
+  // The checkpoint's fused Linears (none: every projection is its own tensor).
+  std::vector<FusedLinear> fused_linears;
+  // transformers registers o_proj before the (fused) q/k/v projection (Phi3Attention), so the
+  // module tree lists it first.
+  bool o_proj_first = false;
+  // The MLP's activation module ("model.layers.N.mlp.<name>"; Phi3MLP's is "activation_fn").
+  std::string_view activation_module = "act_fn";
+  // Modules of each decoder layer that do nothing at inference, after its norms, as transformers
+  // registers them (Phi-3's resid_attn_dropout / resid_mlp_dropout, class Dropout).
+  std::vector<std::string_view> layer_dropouts;
   // transformers' class hierarchies (the MRO restricted to nn.Module subclasses, most derived
   // first), so recipe targets match modules as they do in compressed-tensors.
   std::vector<std::string> causal_lm_classes;      // the root: {"LlamaForCausalLM", ...}
@@ -89,6 +118,7 @@ struct Architecture {
   std::vector<std::string> rotary_classes;         // "model.rotary_emb"
   std::vector<std::string> activation_classes;     // "model.layers.N.mlp.act_fn"
   std::vector<std::string> embedding_classes = {"Embedding", "Module"};  // "model.embed_tokens"
+  std::vector<std::string> dropout_classes = {"Dropout", "_DropoutNd", "Module"};
 };
 
 // Every architecture kvq runs.
@@ -98,7 +128,8 @@ std::span<const Architecture> architectures();
 const Architecture& find_architecture(const model::ModelConfig& config, std::string_view source);
 
 // NotSupported naming `source`, the architecture and each value of the config that CausalLM's
-// forward does not implement for it (attn_logit_softcapping, use_bidirectional_attention).
+// forward does not implement for it (attn_logit_softcapping, use_bidirectional_attention, a
+// partial_rotary_factor other than 1).
 // Called by CausalLM::build.
 void check_forward_support(const Architecture& arch, const model::ModelConfig& config,
                            std::string_view source);
@@ -115,10 +146,37 @@ struct TensorSpec {
   std::string name;  // "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
 };
-// The tensors of `config` under `arch`, in module order (lm_head.weight omitted when tied): the
-// Llama layout plus what arch.forward adds (q/k/v biases, q/k norms, sandwich norms).
+// The checkpoint tensors of `config` under `arch`, in module order (lm_head.weight omitted when
+// tied): the Llama layout plus what arch.forward adds (q/k/v biases, q/k norms, sandwich norms),
+// each of arch.fused_linears' fused tensors in place of its parts.
 std::vector<TensorSpec> expected_tensors(const Architecture& arch,
                                          const model::ModelConfig& config);
+
+// `weights` with each fused Linear of arch.fused_linears ("model.layers.N.self_attn.qkv_proj.
+// weight") replaced by its parts (".q_proj.weight", ...), each a view of its rows (no copy; the
+// views keep the fused tensor alive). Other tensors are passed through. ConfigError naming
+// `source` and the tensor when a fused tensor is not 2-D with the rows and columns the config
+// implies (naming the parts' rows), or when a part is in the checkpoint beside its fused tensor.
+// Nothing to do (a copy of the map) for a row without fused Linears.
+std::map<std::string, Tensor> split_fused_linears(const Architecture& arch,
+                                                  const model::ModelConfig& config,
+                                                  const std::map<std::string, Tensor>& weights,
+                                                  std::string_view source);
+
+// A fused Linear of one layer by its full names: the module transformers has
+// ("model.layers.3.self_attn.qkv_proj"; its checkpoint tensor is name + ".weight") and kvq's
+// modules that hold its rows, in row order ("model.layers.3.self_attn.q_proj", ...).
+struct FusedModule {
+  std::string name;
+  std::vector<std::string> parts;
+};
+// The fused module whose rows the Linear `module` holds ("model.layers.3.self_attn.v_proj" →
+// qkv_proj); nullopt when the module is its own tensor (every module of a row without fused
+// Linears).
+std::optional<FusedModule> fused_module_of(const Architecture& arch, std::string_view module);
+// Every fused module of `config` under `arch`, in layer order: the names a recipe written for
+// transformers may target.
+std::vector<FusedModule> fused_modules(const Architecture& arch, const model::ModelConfig& config);
 
 // Whether `name` is a quantization parameter of a layer's attention module as compressed-tensors
 // saves it: "model.layers.<l>.self_attn.{q,k,v}_{scale,zero_point,global_scale}" with l <

@@ -204,8 +204,9 @@ std::unique_ptr<CausalLM> CausalLM::from_weights(const model::ModelConfig& confi
   return m;
 }
 
-void CausalLM::build(const model::ModelConfig& config, const std::map<std::string, Tensor>& weights,
-                     const std::string& source, const LoadOptions& options) {
+void CausalLM::build(const model::ModelConfig& config,
+                     const std::map<std::string, Tensor>& checkpoint, const std::string& source,
+                     const LoadOptions& options) {
   if (options.weights != DType::kF32 && options.weights != DType::kBF16) {
     fail<InvalidArgument>("{}: weights can be loaded as f32 or bf16, not {}", source,
                           dtype_name(options.weights));
@@ -214,8 +215,11 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
   arch_ = &find_architecture(config, source);
   check_forward_support(*arch_, config, source);
   std::map<std::string, Shape> shapes;
-  for (const auto& [name, t] : weights) shapes.emplace(name, t.shape());
+  for (const auto& [name, t] : checkpoint) shapes.emplace(name, t.shape());
   check_checkpoint_tensors(*arch_, config, shapes, source);
+  // Fused Linears (Phi-3's qkv_proj, gate_up_proj) become views of their parts' rows.
+  const std::map<std::string, Tensor> weights =
+      split_fused_linears(*arch_, config, checkpoint, source);
   for (const auto& [name, t] : weights) {
     if (is_attention_qparam(config, name)) attention_qparams_.emplace(name, t.clone());
   }
@@ -286,10 +290,11 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
     L.attn = layer->add_child(std::make_unique<AttentionModule>(
         p + ".self_attn", arch_->attention_classes, l, config.num_attention_heads,
         config.num_key_value_heads, d));
+    if (arch_->o_proj_first) L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim});
     L.wq = linear(L.attn, p + ".self_attn.q_proj", {qdim, hid}, f.qkv_bias ? &L.bq : nullptr);
     L.wk = linear(L.attn, p + ".self_attn.k_proj", {kvdim, hid}, f.qkv_bias ? &L.bk : nullptr);
     L.wv = linear(L.attn, p + ".self_attn.v_proj", {kvdim, hid}, f.qkv_bias ? &L.bv : nullptr);
-    L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim});
+    if (!arch_->o_proj_first) L.wo = linear(L.attn, p + ".self_attn.o_proj", {hid, qdim});
     if (f.qk_norm) {  // after o_proj: transformers registers them in that order
       L.q_norm = rms_norm(L.attn, p + ".self_attn.q_norm", d);
       L.k_norm = rms_norm(L.attn, p + ".self_attn.k_norm", d);
@@ -300,12 +305,16 @@ void CausalLM::build(const model::ModelConfig& config, const std::map<std::strin
     L.w_gate = linear(mlp, p + ".mlp.gate_proj", {inter, hid});
     L.w_up = linear(mlp, p + ".mlp.up_proj", {inter, hid});
     L.w_down = linear(mlp, p + ".mlp.down_proj", {hid, inter});
-    mlp->add_child(make_module(p + ".mlp.act_fn", arch_->activation_classes));
+    mlp->add_child(make_module(p + ".mlp." + std::string(arch_->activation_module),
+                               arch_->activation_classes));
     L.in_norm = rms_norm(layer, p + ".input_layernorm", hid);
     L.post_norm = rms_norm(layer, p + ".post_attention_layernorm", hid);
     if (f.norm_placement == NormPlacement::kSandwich) {
       L.pre_ff = rms_norm(layer, p + ".pre_feedforward_layernorm", hid);
       L.post_ff = rms_norm(layer, p + ".post_feedforward_layernorm", hid);
+    }
+    for (std::string_view dropout : arch_->layer_dropouts) {
+      layer->add_child(make_module(p + "." + std::string(dropout), arch_->dropout_classes));
     }
   }
   final_norm_ = rms_norm(model, "model.norm", hid);

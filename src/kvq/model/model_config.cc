@@ -143,11 +143,20 @@ RopeScaling parse_rope_scaling(const json& r, std::string_view source, std::stri
       fail<ConfigError>("{}: rope_scaling high_freq_factor ({}) must exceed low_freq_factor ({})",
                         source, s.high_freq_factor, s.low_freq_factor);
     }
+  } else if (s.rope_type == "longrope" || s.rope_type == "su") {
+    // Phi-3 128k / Phi-3.5 (Phi3Config renames "su" to "longrope").
+    fail<NotSupported>(
+        "{}: field '{}.rope_type' is '{}', which kvq does not run (supported: default, linear, "
+        "llama3): LongRoPE rescales each frequency by short_factor or long_factor, chosen by "
+        "transformers at every forward from the sequence length against "
+        "original_max_position_embeddings, and scales cos / sin by an attention factor; use the "
+        "model's 4k variant (rope_scaling null)",
+        source, key, s.rope_type);
   } else {
     fail<NotSupported>(
-        "{}: rope scaling type '{}' is not supported (supported: default, linear, "
+        "{}: field '{}.rope_type' is '{}', which kvq does not run (supported: default, linear, "
         "llama3)",
-        source, s.rope_type);
+        source, key, s.rope_type);
   }
   if (!(s.factor > 0)) {
     fail<ConfigError>("{}: rope_scaling factor must be positive, got {}", source, s.factor);
@@ -231,6 +240,14 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
       theta = as_double(*t, source, fmt::format("{}.rope_theta", key));
     }
   };
+  // partial_rotary_factor: at the top (transformers 4), or in the RoPE object, which wins
+  // (Phi3Config: rope_parameters.setdefault("partial_rotary_factor", the top-level value)).
+  const auto read_partial = [&](const json& r, std::string_view key) {
+    if (const json* p = r.is_object() ? field(r, "partial_rotary_factor") : nullptr) {
+      c.partial_rotary_factor = as_double(*p, source, key);
+    }
+  };
+  read_partial(j, "partial_rotary_factor");
   const json* rp = field(j, "rope_parameters");
   if (rp != nullptr && rp->is_object() &&
       (rp->contains("full_attention") || rp->contains("sliding_attention"))) {
@@ -244,8 +261,10 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
     }
   } else if (rp != nullptr) {
     read_rope(*rp, "rope_parameters", c.rope_scaling, c.rope_theta);
+    read_partial(*rp, "rope_parameters.partial_rotary_factor");
   } else if (const json* rs = field(j, "rope_scaling")) {
     c.rope_scaling = parse_rope_scaling(*rs, source, "rope_scaling");
+    read_partial(*rs, "rope_scaling.partial_rotary_factor");
   }
   if (!(c.rope_theta > 0)) {
     fail<ConfigError>("{}: field 'rope_theta' must be positive, got {}", source, c.rope_theta);

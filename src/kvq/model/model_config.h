@@ -35,6 +35,10 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // The fraction of each head's dimensions RoPE rotates ("partial_rotary_factor", at the top or
+  // in rope_parameters / rope_scaling); kvq rotates all of them and refuses other values
+  // (model/architecture.h: check_forward_support).
+  double partial_rotary_factor = 1.0;
   bool tie_word_embeddings = false;
   std::optional<std::int64_t> bos_token_id;
   std::vector<std::int64_t> eos_token_ids;  // config "eos_token_id": int or list

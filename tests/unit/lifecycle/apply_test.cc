@@ -15,6 +15,7 @@
 #include "kvq/quant/qparams.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::lifecycle {
 namespace {
@@ -183,6 +184,47 @@ TEST(Apply, IgnoreList) {
   auto c = config(kAttnHead);
   c.ignore = std::vector<std::string>{"model.layers.2.self_attn"};
   auto lc = apply_quantization_config(*m, c);
+  EXPECT_EQ(lc->states().size(), 2u);
+}
+
+// Phi-3 (fused qkv_proj / gate_up_proj in its checkpoint, split at load): attention targets
+// written for transformers select its attention modules as there; a target that names the fused
+// Linear, which kvq's tree has only as q/k/v_proj, is refused naming it and the parts.
+TEST(Apply, Phi3AttentionTargetsWorkAndFusedLinearTargetsAreRefusedByName) {
+  auto m = model::CausalLM::load(test::tiny_variant_dir("phi3"));
+  for (const char* target : {"Phi3Attention", "re:.*self_attn$"}) {
+    std::string json = kAttnHead;
+    json.replace(json.find("LlamaAttention"), 14, target);
+    EXPECT_EQ(apply_quantization_config(*m, config(json))->states().size(), 2u) << target;
+  }
+  const auto error_of = [&](const std::string& target) -> std::string {
+    std::string json = kAttnHead;
+    json.replace(json.find("LlamaAttention"), 14, target);
+    try {
+      apply_quantization_config(*m, config(json));
+    } catch (const NotSupported& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of("re:.*qkv_proj$"),
+            "quantization config: target 're:.*qkv_proj$' selects Phi3ForCausalLM's fused Linear "
+            "model.layers.0.self_attn.qkv_proj (as transformers names it), which kvq splits at "
+            "load into "
+            "model.layers.0.self_attn.q_proj, model.layers.0.self_attn.k_proj, "
+            "model.layers.0.self_attn.v_proj (their rows of the checkpoint's "
+            "model.layers.0.self_attn.qkv_proj.weight); target those by names that do not also "
+            "match the fused one (re:.*self_attn\\.v_proj$, not re:.*v_proj$), or the attention "
+            "module (Phi3Attention / re:.*self_attn$) for attention and KV-cache quantization");
+  EXPECT_NE(error_of("model.layers.1.mlp.gate_up_proj")
+                .find("fused Linear "
+                      "model.layers.1.mlp.gate_up_proj"),
+            std::string::npos);
+  // Matching the parts too: the fused module's rows, split (here a no-op Linear group).
+  const auto lc = apply_quantization_config(*m, config(R"({"config_groups": {
+      "group_0": {"targets": ["re:.*self_attn$"], "input_activations": {"num_bits": 8,
+        "type": "float", "strategy": "attn_head", "symmetric": true, "dynamic": false}},
+      "group_1": {"targets": ["re:.*proj"]}}})"));
   EXPECT_EQ(lc->states().size(), 2u);
 }
 

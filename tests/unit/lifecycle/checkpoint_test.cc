@@ -13,6 +13,7 @@
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::lifecycle {
 namespace {
@@ -118,6 +119,64 @@ TEST(Checkpoint, RotatedSchemeRoundTrip) {
   for (std::int64_t i = 0; i < ref.numel(); ++i) ASSERT_EQ(got.f32()[i], ref.f32()[i]) << i;
   EXPECT_EQ(quant::dump_sorted(checkpoint_config_json(*qm.lifecycle)),
             quant::dump_sorted(checkpoint_config_json(*lc)));
+}
+
+// Phi-3's checkpoint stacks q/k/v in qkv_proj and gate/up in gate_up_proj: a rotated scheme is
+// saved under Phi-3's own names (no q/k/v_proj tensors), with the rotated v_proj in qkv_proj's v
+// rows, the q / k rows and gate_up_proj as stored, o_proj rotated; loaded back, kvq splits it again
+// and the logits equal the calibrated model's bit for bit.
+TEST(Checkpoint, Phi3RotatedSchemeIsSavedWithItsFusedTensors) {
+  test::TempDir tmp;
+  const fs::path dir = test::tiny_variant_dir("phi3");
+  auto m = model::CausalLM::load(dir);
+  // SpinQuant's R2 target re:.*v_proj$ also names qkv_proj (refused: TransformRows); this one
+  // names kvq's v_proj only.
+  quant::QuantizationConfig recipe_config =
+      quant::load_recipe(fs::path(KVQ_SOURCE_DIR) / "examples/recipes/kv_fp8_head_r3.yaml");
+  ASSERT_TRUE(recipe_config.spinquant);
+  recipe_config.transforms = quant::spinquant_transform_config(*recipe_config.spinquant, 16);
+  recipe_config.spinquant.reset();
+  for (auto& [group, scheme] : recipe_config.transforms.config_groups) {
+    for (quant::TransformArgs& args : scheme.apply) {
+      for (std::string& t : args.targets) {
+        if (t == "re:.*v_proj$") t = "re:.*self_attn\\.v_proj$";
+      }
+    }
+  }
+  auto lc = apply_quantization_config(*m, recipe_config);
+  EXPECT_EQ(lc->transforms().fused_modules().size(), 4u);  // v_proj, o_proj of 2 layers
+  calibrate(*lc, samples(), {.show_progress = false});
+  const std::vector<std::int32_t> prompt{5, 6, 7, 100, 200, 17, 42, 99, 3, 250, 7, 8, 64, 1, 9};
+  const Tensor ref = m->forward(prompt);  // 15 tokens: past the window of 12
+  save_pretrained(*lc, dir, tmp / "q");
+
+  const auto st = io::SafetensorsModel::open(tmp / "q");
+  const auto plain = io::SafetensorsModel::open(dir);
+  EXPECT_EQ(st.names().size(), plain.names().size() + 2 * 2);  // + k/v scales of 2 layers
+  for (const std::string& n : st.names()) {
+    EXPECT_TRUE(plain.contains(n) || n.ends_with("_scale")) << n;
+  }
+  const std::vector<float> qkv =
+      st.tensor("model.layers.1.self_attn.qkv_proj.weight").to_f32_vector();
+  const std::vector<float> qkv0 =
+      plain.tensor("model.layers.1.self_attn.qkv_proj.weight").to_f32_vector();
+  const std::vector<float> v =
+      m->find_module("model.layers.1.self_attn.v_proj")->weight().to_f32_vector();
+  const auto qk = static_cast<std::ptrdiff_t>(qkv.size() - v.size());  // q and k rows
+  EXPECT_EQ(std::vector<float>(qkv.begin(), qkv.begin() + qk),
+            std::vector<float>(qkv0.begin(), qkv0.begin() + qk));
+  EXPECT_EQ(std::vector<float>(qkv.begin() + qk, qkv.end()), v);
+  EXPECT_NE(std::vector<float>(qkv0.begin() + qk, qkv0.end()), v);  // rotated
+  EXPECT_EQ(st.tensor("model.layers.0.mlp.gate_up_proj.weight").to_f32_vector(),
+            plain.tensor("model.layers.0.mlp.gate_up_proj.weight").to_f32_vector());
+  EXPECT_EQ(st.tensor("model.layers.0.self_attn.o_proj.weight").to_f32_vector(),
+            m->find_module("model.layers.0.self_attn.o_proj")->weight().to_f32_vector());
+
+  auto qm = QuantizedModel::load(tmp / "q");
+  ASSERT_TRUE(qm.lifecycle);
+  EXPECT_TRUE(qm.lifecycle->transforms().fused_modules().empty());  // already in the weights
+  const Tensor got = qm.model->forward(prompt);
+  for (std::int64_t i = 0; i < ref.numel(); ++i) ASSERT_EQ(got.f32()[i], ref.f32()[i]) << i;
 }
 
 // Writes a copy of `src` with tensor `name` replaced (or dropped when t is undefined).

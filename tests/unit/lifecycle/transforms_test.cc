@@ -85,7 +85,10 @@ TEST(Transforms, RotationsLeaveTheLogitsUnchangedUpToRounding) {
 // On every architecture row: R3 (online, on the post-RoPE, post-q/k-norm states the hooks see)
 // leaves the logits unchanged up to rounding; R2 too where v_proj has no bias, and where it has one
 // (Qwen2) kvq refuses R2 by name rather than rotate the weight without its bias (compressed-
-// tensors rotates both), leaving the model as it was.
+// tensors rotates both), leaving the model as it was. On Phi-3 SpinQuant's R2 target
+// re:.*v_proj$ also names the fused qkv_proj (in transformers it rotates the q and k rows too), so
+// it is refused by name; R2 on kvq's split v_proj (re:.*self_attn\.v_proj$) runs
+// (Checkpoint.Phi3RotatedSchemeIsSavedWithItsFusedTensors).
 class TransformRows : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TransformRows, RotationsLeaveTheLogitsUnchangedOrAreRefused) {
@@ -106,13 +109,16 @@ TEST_P(TransformRows, RotationsLeaveTheLogitsUnchangedOrAreRefused) {
   }
   const TransformConfig r2 =
       quant::spinquant_transform_config(Json::parse(R"({"rotations": ["R2"]})"), d);
-  if (m->architecture().forward.qkv_bias) {
+  const bool fused_qkv = !m->architecture().fused_linears.empty();
+  if (m->architecture().forward.qkv_bias || fused_qkv) {
     try {
       apply_transforms(*m, r2);
-      ADD_FAILURE() << "R2 fused into a Linear with a bias";
+      ADD_FAILURE() << "R2 fused into a Linear with a bias or into a fused qkv_proj";
     } catch (const NotSupported& e) {
-      EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.v_proj: the Linear has a "
-                                           "bias"),
+      EXPECT_NE(std::string(e.what()).find(
+                    fused_qkv ? "target 're:.*v_proj$' selects Phi3ForCausalLM's fused Linear "
+                                "model.layers.0.self_attn.qkv_proj"
+                              : "model.layers.0.self_attn.v_proj: the Linear has a bias"),
                 std::string::npos)
           << e.what();
     }
@@ -179,6 +185,19 @@ std::string error_of(model::CausalLM& m, const std::string& json) {
     return e.what();
   }
   return "";
+}
+
+// Phi-3's fused qkv_proj is q/k/v_proj in kvq's tree: a rotation fused into it (all its rows)
+// is refused by name; SpinQuant's R2 targets (v_proj, o_proj) rotate the split modules
+// (TransformRows).
+TEST(Transforms, Phi3FusedLinearTargetsAreRefusedByName) {
+  auto m = model::CausalLM::load(test::tiny_variant_dir("phi3"));
+  const std::string msg = error_of(*m, R"({"config_groups": {"R2": {"type": "hadamard",
+      "head_dim": 16, "apply": [{"targets": ["re:.*qkv_proj$"], "location": "weight_output"}]}}})");
+  EXPECT_NE(msg.find("transform_config.R2: weight_output: target 're:.*qkv_proj$' selects "
+                     "Phi3ForCausalLM's fused Linear model.layers.0.self_attn.qkv_proj"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Transforms, WhatKvqCannotRunIsRefusedByName) {

@@ -1,4 +1,5 @@
-// The architecture seam (kvq/model/architecture.h): the rows (Llama, Qwen2, Qwen3, Mistral), the
+// The architecture seam (kvq/model/architecture.h): the rows (Llama, Qwen2, Qwen3, Mistral,
+// Gemma 3, Phi-3 with its fused Linears split at load), the
 // checkpoint tensor table, each family's sliding-window convention (layer_windows), and what
 // loading refuses — unknown architectures, unknown or quantized tensors, knob values the forward
 // does not run — with errors that name them.
@@ -62,20 +63,18 @@ TEST(Architecture, LlamaIsFoundByClassOrModelType) {
 
 TEST(Architecture, UnknownArchitecturesAndActivationsAreRefusedByName) {
   model::ModelConfig c = small_config();
-  c.architectures = {"Phi3ForCausalLM"};
+  c.architectures = {"PhiForCausalLM"};  // Phi-1 / Phi-2: LayerNorm, parallel attention + MLP
   try {
     find_architecture(c, "phi-dir");
-    FAIL() << "Phi3 accepted";
+    FAIL() << "Phi accepted";
   } catch (const NotSupported& e) {
     const std::string w = e.what();
-    EXPECT_NE(w.find("phi-dir: architecture Phi3ForCausalLM is not supported"), std::string::npos)
+    EXPECT_NE(w.find("phi-dir: architecture PhiForCausalLM is not supported"), std::string::npos)
         << w;
     for (const char* row :
-         {"LlamaForCausalLM (model_type llama)",
-          "Qwen2ForCausalLM (model_type "
-          "qwen2)",
+         {"LlamaForCausalLM (model_type llama)", "Qwen2ForCausalLM (model_type qwen2)",
           "Qwen3ForCausalLM (model_type qwen3)", "MistralForCausalLM (model_type mistral)",
-          "Gemma3ForCausalLM (model_type gemma3_text)"}) {
+          "Gemma3ForCausalLM (model_type gemma3_text)", "Phi3ForCausalLM (model_type phi3)"}) {
       EXPECT_NE(w.find(row), std::string::npos) << row << " in: " << w;
     }
   }
@@ -83,7 +82,8 @@ TEST(Architecture, UnknownArchitecturesAndActivationsAreRefusedByName) {
   c.architectures.clear();
   c.model_type = "gemma3";
   EXPECT_THROW(find_architecture(c, "m"), NotSupported);
-  for (const char* name : {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}) {
+  for (const char* name :
+       {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"}) {
     c = small_config();
     c.architectures = {name};
     EXPECT_EQ(find_architecture(c, "m").hf_class, name);
@@ -284,6 +284,15 @@ TEST(Architecture, LayerWindowsFollowEachFamilysConfigConvention) {
   EXPECT_EQ(windows("Gemma3ForCausalLM"), W({4096, 0, 4096, 0}));
   c.sliding_window = 0;
   EXPECT_EQ(windows("Gemma3ForCausalLM"), W({0, 0, 0, 0}));
+  // Phi-3: every layer, as Mistral, but absent = none (Phi3Config's default is None).
+  c.sliding_window_pattern.reset();
+  c.layer_types.clear();
+  c.sliding_window = 2047;  // Phi-3-mini-4k
+  EXPECT_EQ(windows("Phi3ForCausalLM"), W({2047, 2047, 2047, 2047}));
+  c.sliding_window.reset();
+  EXPECT_EQ(windows("Phi3ForCausalLM"), W({0, 0, 0, 0}));
+  c.sliding_window = 0;
+  EXPECT_EQ(windows("Phi3ForCausalLM"), W({0, 0, 0, 0}));
   c.sliding_window = 32768;
   c.use_sliding_window = true;
   c.layer_types = {"sliding_attention", "full_attention"};
@@ -371,6 +380,212 @@ TEST(Architecture, AttentionQparamNames) {
   // A 40,000-digit layer number is rejected in linear time, not by a backtracking regex.
   EXPECT_FALSE(
       is_attention_qparam(c, "model.layers." + std::string(40000, '9') + ".self_attn.k_scale"));
+}
+
+model::ModelConfig phi3_config() {
+  model::ModelConfig c = small_config();
+  c.architectures = {"Phi3ForCausalLM"};
+  c.model_type = "phi3";
+  return c;
+}
+
+// Phi-3's checkpoint fuses q/k/v into self_attn.qkv_proj and gate/up into mlp.gate_up_proj: the
+// tensor table names the fused tensors (q rows, then k, then v; gate rows, then up), and
+// split_fused_linears hands out the parts as views of their rows.
+TEST(Architecture, Phi3FusedLinearsAreSplitIntoTheirPartsRows) {
+  const model::ModelConfig c = phi3_config();  // hidden 64, 4 heads / 2 kv of 16, inter 96
+  const Architecture& phi3 = find_architecture(c, "m");
+  const std::map<std::string, Shape> table = shapes_of(c);
+  EXPECT_EQ(table.at("model.layers.1.self_attn.qkv_proj.weight"), Shape({64 + 2 * 32, 64}));
+  EXPECT_EQ(table.at("model.layers.1.mlp.gate_up_proj.weight"), Shape({2 * 96, 64}));
+  EXPECT_EQ(table.at("model.layers.1.self_attn.o_proj.weight"), Shape({64, 64}));
+  for (const char* part : {"q_proj", "k_proj", "v_proj"}) {
+    EXPECT_FALSE(table.contains(fmt::format("model.layers.0.self_attn.{}.weight", part))) << part;
+  }
+  EXPECT_FALSE(table.contains("model.layers.0.mlp.up_proj.weight"));
+  EXPECT_EQ(error_of<Error>(c, table), "");
+
+  // Row r of every fused tensor holds r everywhere: each part sees its own rows.
+  std::map<std::string, Tensor> w;
+  for (const auto& [name, shape] : table) {
+    std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+    const std::int64_t cols = shape.size() == 2 ? shape[1] : 1;
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i / cols);
+    w.emplace(name, Tensor::from_f32(shape, v));
+  }
+  const std::map<std::string, Tensor> split = split_fused_linears(phi3, c, w, "m");
+  EXPECT_EQ(split.size(), w.size() + 2 * 3);  // per layer: qkv → 3, gate_up → 2
+  EXPECT_FALSE(split.contains("model.layers.0.self_attn.qkv_proj.weight"));
+  const auto first_row = [&](const char* name, Shape shape) {
+    const Tensor& t = split.at(name);
+    EXPECT_EQ(t.shape(), shape) << name;
+    return t.f32()[0];
+  };
+  EXPECT_EQ(first_row("model.layers.1.self_attn.q_proj.weight", {64, 64}), 0.0f);
+  EXPECT_EQ(first_row("model.layers.1.self_attn.k_proj.weight", {32, 64}), 64.0f);
+  EXPECT_EQ(first_row("model.layers.1.self_attn.v_proj.weight", {32, 64}), 96.0f);
+  EXPECT_EQ(first_row("model.layers.0.mlp.gate_proj.weight", {96, 64}), 0.0f);
+  EXPECT_EQ(first_row("model.layers.0.mlp.up_proj.weight", {96, 64}), 96.0f);
+  EXPECT_EQ(split.at("model.layers.0.mlp.up_proj.weight").f32()[95 * 64], 191.0f);
+  // Views, not copies.
+  EXPECT_EQ(split.at("model.layers.0.self_attn.k_proj.weight").data(),
+            w.at("model.layers.0.self_attn.qkv_proj.weight").f32() + 64 * 64);
+
+  EXPECT_EQ(fused_module_of(phi3, "model.layers.3.self_attn.v_proj")->name,
+            "model.layers.3.self_attn.qkv_proj");
+  EXPECT_EQ(
+      fused_module_of(phi3, "model.layers.3.mlp.up_proj")->parts,
+      (std::vector<std::string>{"model.layers.3.mlp.gate_proj", "model.layers.3.mlp.up_proj"}));
+  EXPECT_FALSE(fused_module_of(phi3, "model.layers.3.self_attn.o_proj"));
+  EXPECT_FALSE(
+      fused_module_of(find_architecture(small_config(), "m"), "model.layers.3.self_attn.v_proj"));
+  EXPECT_EQ(fused_modules(phi3, c).size(), 4u);
+}
+
+// A fused tensor whose rows do not add up to its parts' is refused naming it, by the tensor
+// table (through the loader) and by the split itself; a checkpoint holding a part beside its fused
+// tensor too.
+TEST(Architecture, Phi3BadFusedShapesAreRefusedNamingTheTensor) {
+  const model::ModelConfig c = phi3_config();
+  std::map<std::string, Shape> table = shapes_of(c);
+  table["model.layers.1.self_attn.qkv_proj.weight"] = {64 + 32, 64};  // no v rows
+  std::string msg = error_of<ConfigError>(c, table);
+  EXPECT_NE(msg.find("mymodel: tensor 'model.layers.1.self_attn.qkv_proj.weight' has shape [96, "
+                     "64] but the config implies [128, 64]"),
+            std::string::npos)
+      << msg;
+  table = shapes_of(c);
+  table["model.layers.0.mlp.gate_up_proj.weight"] = {2 * 96, 32};
+  msg = error_of<ConfigError>(c, table);
+  EXPECT_NE(msg.find("'model.layers.0.mlp.gate_up_proj.weight' has shape [192, 32]"),
+            std::string::npos)
+      << msg;
+
+  const Architecture& phi3 = find_architecture(c, "m");
+  const auto split_error = [&](const std::map<std::string, Tensor>& w) -> std::string {
+    try {
+      split_fused_linears(phi3, c, w, "phi-dir");
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::map<std::string, Tensor> w = {
+      {"model.layers.0.self_attn.qkv_proj.weight", Tensor(DType::kF32, {128, 63})}};
+  EXPECT_EQ(split_error(w),
+            "phi-dir: tensor 'model.layers.0.self_attn.qkv_proj.weight' has shape [128, 63] but "
+            "the config implies [128, 64] (rows q_proj 64 + k_proj 32 + v_proj 32; hidden_size 64, "
+            "heads 4, kv heads 2, head_dim 16, intermediate_size 96)");
+  w = {{"model.layers.0.mlp.gate_up_proj.weight", Tensor(DType::kF32, {96 * 2 * 64})}};
+  EXPECT_NE(split_error(w).find("'model.layers.0.mlp.gate_up_proj.weight' has shape [12288]"),
+            std::string::npos);
+  w = {{"model.layers.0.self_attn.qkv_proj.weight", Tensor(DType::kF32, {128, 64})},
+       {"model.layers.0.self_attn.k_proj.weight", Tensor(DType::kF32, {32, 64})}};
+  EXPECT_NE(split_error(w).find("holds both 'model.layers.0.self_attn.k_proj.weight' and "
+                                "'model.layers.0.self_attn.qkv_proj.weight'"),
+            std::string::npos);
+  // Unfused q/k/v tensors are not Phi-3's layout: refused as tensors it has no place for.
+  table = shapes_of(c);
+  table.emplace("model.layers.0.self_attn.q_proj.weight", Shape{64, 64});
+  msg = error_of<NotSupported>(c, table);
+  EXPECT_NE(msg.find("tensors that Phi3ForCausalLM has no place for: "
+                     "model.layers.0.self_attn.q_proj.weight"),
+            std::string::npos)
+      << msg;
+}
+
+// What Phi-3 variants need beyond the row is refused by name: RoPE on part of each head (Phi-4-
+// mini's partial_rotary_factor 0.75) and LongRoPE (the 128k models and Phi-3.5).
+TEST(Architecture, Phi3PartialRotaryAndLongRopeAreRefusedByName) {
+  model::ModelConfig c = phi3_config();
+  EXPECT_NO_THROW(check_forward_support(find_architecture(c, "m"), c, "m"));
+  c.partial_rotary_factor = 0.75;
+  try {
+    check_forward_support(find_architecture(c, "m"), c, "phi-dir");
+    ADD_FAILURE() << "accepted";
+  } catch (const NotSupported& e) {
+    EXPECT_NE(std::string(e.what()).find("phi-dir: Phi3ForCausalLM needs what kvq's forward pass "
+                                         "does not implement yet: partial_rotary_factor 0.75"),
+              std::string::npos)
+        << e.what();
+  }
+  nlohmann::json j = {{"architectures", {"Phi3ForCausalLM"}},
+                      {"model_type", "phi3"},
+                      {"hidden_size", 64},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"intermediate_size", 96},
+                      {"vocab_size", 100},
+                      {"partial_rotary_factor", 0.5}};
+  EXPECT_EQ(parse_model_config(j, "cfg").partial_rotary_factor, 0.5);
+  j["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 1.0}};
+  EXPECT_EQ(parse_model_config(j, "cfg").partial_rotary_factor, 1.0);  // rope_parameters win
+  j.erase("rope_parameters");
+  j.erase("partial_rotary_factor");
+  for (const char* type : {"longrope", "su"}) {
+    j["rope_scaling"] = {{"type", type},
+                         {"short_factor", std::vector<double>(8, 1.0)},
+                         {"long_factor", std::vector<double>(8, 2.0)}};
+    try {
+      parse_model_config(j, "phi-3-128k/config.json");
+      ADD_FAILURE() << "accepted " << type;
+    } catch (const NotSupported& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format(
+                    "phi-3-128k/config.json: field 'rope_scaling.rope_type' is '{}', which kvq "
+                    "does not run",
+                    type)),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("short_factor or long_factor"), std::string::npos);
+    }
+  }
+}
+
+// Phi-3-mini-4k-instruct's config.json (as on the Hub, auto_map left out) runs as the phi3 row: a
+// window of 2047 on every layer, fused tensors of 3 · 3072 and 2 · 8192 rows.
+TEST(Architecture, Phi3Mini4kConfigRuns) {
+  const nlohmann::json j = nlohmann::json::parse(R"({
+    "architectures": ["Phi3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+    "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32064})");
+  const model::ModelConfig c = parse_model_config(j, "phi-3-mini");
+  const Architecture& a = find_architecture(c, "phi-3-mini");
+  EXPECT_EQ(a.model_type, "phi3");
+  EXPECT_NO_THROW(check_forward_support(a, c, "phi-3-mini"));
+  EXPECT_EQ(layer_windows(a, c, "phi-3-mini"), std::vector<std::int64_t>(32, 2047));
+  const std::map<std::string, Shape> t = shapes_of(c);
+  EXPECT_EQ(t.at("model.layers.31.self_attn.qkv_proj.weight"), Shape({3 * 3072, 3072}));
+  EXPECT_EQ(t.at("model.layers.31.mlp.gate_up_proj.weight"), Shape({2 * 8192, 3072}));
+  // embed_tokens, norm, lm_head; per layer qkv, o, gate_up, down and 2 norms.
+  EXPECT_EQ(t.size(), 3u + 32u * 6u);
+}
+
+// The tiny Phi-3 as transformers wrote it: kvq's q/k/v_proj and gate/up_proj hold the fused
+// tensors' rows (views of the checkpoint), with Phi-3's classes and module names.
+TEST(Architecture, Phi3LoadsItsFusedCheckpoint) {
+  const auto dir = test::tiny_variant_dir("phi3");
+  const auto m = CausalLM::load(dir);
+  EXPECT_EQ(m->architecture().hf_class, "Phi3ForCausalLM");
+  EXPECT_EQ(m->find_module("model.layers.1.self_attn")->class_name(), "Phi3Attention");
+  EXPECT_NE(m->find_module("model.layers.1.mlp.activation_fn"), nullptr);
+  EXPECT_EQ(m->find_module("model.layers.1.self_attn.qkv_proj"), nullptr);
+  const std::map<std::string, Tensor> w = test::load_weights(dir);
+  const std::vector<float> qkv = w.at("model.layers.1.self_attn.qkv_proj.weight").to_f32_vector();
+  const std::vector<float> v =
+      m->find_module("model.layers.1.self_attn.v_proj")->weight().to_f32_vector();
+  const std::int64_t hidden = m->config().hidden_size;
+  ASSERT_EQ(v.size(), static_cast<std::size_t>(32 * hidden));
+  EXPECT_EQ(v, std::vector<float>(qkv.end() - 32 * hidden, qkv.end()));
+  const std::vector<float> gate_up = w.at("model.layers.0.mlp.gate_up_proj.weight").to_f32_vector();
+  const std::vector<float> up =
+      m->find_module("model.layers.0.mlp.up_proj")->weight().to_f32_vector();
+  EXPECT_EQ(up, std::vector<float>(gate_up.begin() + static_cast<std::ptrdiff_t>(up.size()),
+                                   gate_up.end()));
 }
 
 // Through the loader: the tiny Llama plus a bias it has no place for fails to load.
