@@ -61,7 +61,6 @@ void run_eval(EvalArgs a) {
   if (a.task != "wikitext2" && a.task != "kld" && a.task != "gsm8k")
     fail<InvalidArgument>("--task must be wikitext2, kld or gsm8k, got '{}'", a.task);
   eval::EvalOptions o = a.eval;
-  o.weights = model::resolve_weight_dtype(a.weights, a.model);
   o.model_dir = a.model;
   o.data_dir = a.data;
   o.cache_dir = a.cache;
@@ -69,6 +68,7 @@ void run_eval(EvalArgs a) {
   o.gsm8k_limit = a.task == "gsm8k" ? (a.limit > 0 ? a.limit : 1319) : 0;
   o.decode_steps = 0;
   runtime::parse_kv_cache_option(a.kv_cache);  // a typo fails before loading
+  o.weights = model::resolve_weight_dtype(a.weights, a.model);
   eval::SchemeDef def;
   def.kv_cache = a.kv_cache;
   if (a.recipe.empty() && a.kv_cache != "auto") {

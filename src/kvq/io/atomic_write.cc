@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -309,6 +310,26 @@ std::function<void(int)> take_interrupt_handler() {
   return std::exchange(h.on_signal, nullptr);
 }
 
+// Removes an unfinished output while the process's other threads may still be writing into it
+// (nothing stops them: the process _Exits right after). A file they create or rename between
+// remove_all's listing and its final rmdir kept the directory (a test saw it in 2 of 6 runs), so
+// it is first renamed aside (paths into it then fail) and removed until it is gone. The new name
+// keeps the temporary's prefix, so a later run still recognises it as a leftover.
+bool remove_unfinished(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return false;
+  fs::path victim = path;
+  fs::path aside = path;
+  aside += "-interrupted";
+  if (::rename(path.c_str(), aside.c_str()) == 0) victim = aside;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    fs::remove_all(victim, ec);
+    if (!fs::exists(fs::symlink_status(victim, ec))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 }  // namespace
 
 void set_interrupt_handler(std::function<void(int)> on_signal) {
@@ -335,10 +356,7 @@ void install_interrupt_cleanup() {
     InFlight& f = in_flight();
     f.mutex.lock();  // waits for a commit's renames; held until _exit
     std::size_t removed = 0;
-    for (const fs::path& p : f.paths) {
-      std::error_code ec;
-      removed += fs::remove_all(p, ec) > 0 ? 1 : 0;
-    }
+    for (const fs::path& p : f.paths) removed += remove_unfinished(p) ? 1 : 0;
     std::fprintf(
         stderr, "kvq: interrupted (%s)%s\n", strsignal(sig),
         removed > 0 ? fmt::format("; removed {} unfinished output(s)", removed).c_str() : "");

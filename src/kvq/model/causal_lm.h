@@ -66,7 +66,8 @@ DType parse_weight_dtype(std::string_view name);
 // weights, embeddings) is BF16, so a bf16 checkpoint runs at its own size as transformers'
 // dtype="auto" loads it (an 8B model in 16 GB, not 32), else kF32; "f32" / "bf16" as
 // parse_weight_dtype. The arithmetic is fp32 either way and a bf16 value widens exactly, so for a
-// bf16 checkpoint the two differ only in the kernels' summation order.
+// bf16 checkpoint the two differ only in the kernels' summation order. A directory that is not a
+// readable checkpoint resolves to kF32: its load then reports the problem.
 DType resolve_weight_dtype(std::string_view name, const std::filesystem::path& model_dir);
 // kF32 → "f32", kBF16 → "bf16".
 std::string_view weight_dtype_label(DType dtype);

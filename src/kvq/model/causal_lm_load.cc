@@ -1,5 +1,8 @@
 // CausalLM::load: config.json + safetensors weights from a Hugging Face model directory.
 // (A separate file so code that only uses from_weights does not link the safetensors reader.)
+#include <system_error>
+
+#include "kvq/core/error.h"
 #include "kvq/io/safetensors.h"
 #include "kvq/model/causal_lm.h"
 #include "kvq/model/model_config.h"
@@ -17,16 +20,24 @@ std::unique_ptr<CausalLM> CausalLM::load(const std::filesystem::path& model_dir,
 
 DType resolve_weight_dtype(std::string_view name, const std::filesystem::path& model_dir) {
   if (name != "auto") return parse_weight_dtype(name);
-  const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
-  bool any = false;
-  for (const std::string& tensor : st.names()) {
-    const io::TensorInfo& info = st.info(tensor);
-    if (info.shape.size() != 2 || !dtype_is_float(info.dtype) || !tensor.ends_with(".weight"))
-      continue;
-    if (info.dtype != DType::kBF16) return DType::kF32;
-    any = true;
+  // Only a look at the headers: a missing or broken checkpoint is left to the load, which names
+  // the problem as it always has.
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec)) return DType::kF32;
+  try {
+    const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
+    bool any = false;
+    for (const std::string& tensor : st.names()) {
+      const io::TensorInfo& info = st.info(tensor);
+      if (info.shape.size() != 2 || !dtype_is_float(info.dtype) || !tensor.ends_with(".weight"))
+        continue;
+      if (info.dtype != DType::kBF16) return DType::kF32;
+      any = true;
+    }
+    return any ? DType::kBF16 : DType::kF32;
+  } catch (const Error&) {
+    return DType::kF32;
   }
-  return any ? DType::kBF16 : DType::kF32;
 }
 
 }  // namespace kvq::model

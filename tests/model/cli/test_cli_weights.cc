@@ -72,7 +72,8 @@ TEST(CliWeights, UnknownWeightDtypeFailsBeforeLoading) {
     if (std::string(cmd) == "perplexity") args.insert(args.end(), {"--text", "/nonexistent"});
     const CliResult r = run_kvq(args);
     EXPECT_NE(r.exit_code, 0) << cmd;
-    EXPECT_NE(r.err.find("unknown weight dtype 'fp16' (expected f32 or bf16)"), std::string::npos)
+    EXPECT_NE(r.err.find("unknown weight dtype 'fp16' (expected auto, f32 or bf16)"),
+              std::string::npos)
         << cmd << ": " << r.err;
   }
 }
