@@ -29,7 +29,8 @@ struct OneshotArgs {
   std::string model, recipe, dataset, output, report, weights = "auto";
   std::int64_t num_samples = 64;
   std::int64_t max_seq_length = 512;
-  std::optional<std::uint64_t> shuffle_seed;
+  bool shuffle = true;
+  std::uint64_t seed = 42;
   bool overwrite = false;
 };
 
@@ -101,13 +102,16 @@ void run_oneshot(const OneshotArgs& a) {
   lifecycle::DatasetOptions opts;
   opts.num_samples = a.num_samples;
   opts.max_seq_length = a.max_seq_length;
-  opts.shuffle_seed = a.shuffle_seed;
+  opts.order =
+      a.shuffle ? lifecycle::SampleOrder::kShuffled : lifecycle::SampleOrder::kLongestFirst;
+  opts.seed = a.seed;
   const auto samples = lifecycle::load_calibration_dataset(a.dataset, tokenizer, opts);
   if (static_cast<std::int64_t>(samples.size()) < a.num_samples)
     log::warn("oneshot: {} has only {} samples (asked for {})", a.dataset, samples.size(),
               a.num_samples);
-  log::info("oneshot: {} quantized attention modules, {} calibration samples", lc->states().size(),
-            samples.size());
+  log::info("oneshot: {} quantized attention modules, {} calibration samples ({})",
+            lc->states().size(), samples.size(),
+            a.shuffle ? fmt::format("shuffled, seed {}", a.seed) : std::string("longest first"));
   const auto result = lifecycle::calibrate(*lc, samples);
   std::printf("calibrated %lld samples, %lld tokens in %.1f s (%.0f tok/s)\n",
               static_cast<long long>(result.samples), static_cast<long long>(result.tokens),
@@ -160,7 +164,17 @@ void register_oneshot(CLI::App& app) {
   cmd->add_option("--max-seq-length", a->max_seq_length, "Tokens per sample (truncate / window)")
       ->check(tokens_in(1))
       ->capture_default_str();
-  cmd->add_option("--shuffle-seed", a->shuffle_seed, "Shuffle the samples with this seed first");
+  cmd->add_option("--shuffle-calibration-samples", a->shuffle,
+                  "Which samples calibrate when the dataset has more than "
+                  "--num-calibration-samples, as llm-compressor's oneshot picks them: true = a "
+                  "random draw (its RandomSampler; the same samples as a Python script that calls "
+                  "torch.manual_seed(SEED) right before oneshot), false = the longest ones, "
+                  "longest first (its LengthAwareSampler). Samples are counted after truncation "
+                  "to --max-seq-length")
+      ->default_str("true");
+  cmd->add_option("--seed,--shuffle-seed", a->seed,
+                  "The torch.manual_seed of --shuffle-calibration-samples true")
+      ->capture_default_str();
   cmd->add_option("--weights", a->weights,
                   std::string(kWeightsHelp) +
                       "; the checkpoint keeps the input's tensors and dtype whatever this is")

@@ -150,7 +150,8 @@ def oneshot(
     max_seq_length: int = 512,
     output_dir: Optional[PathLike] = None,
     overwrite: bool = False,
-    shuffle_seed: Optional[int] = None,
+    shuffle_calibration_samples: bool = True,
+    seed: int = 42,
 ) -> Model: ...
 def perplexity(
     model: Union[Model, PathLike],

@@ -24,11 +24,9 @@ namespace fs = std::filesystem;
 // Calibration samples from a list: strings are tokenized as the CLI tokenizes a JSONL "text"
 // line (no special tokens), lists are token ids; each truncated to max_seq_length.
 std::vector<lifecycle::CalibrationSample> samples_from_list(const PyModel& model, pyb::handle data,
-                                                            std::int64_t num_samples,
                                                             std::int64_t max_seq_length) {
   std::vector<lifecycle::CalibrationSample> samples;
   for (pyb::handle item : pyb::reinterpret_borrow<pyb::iterable>(data)) {
-    if (static_cast<std::int64_t>(samples.size()) >= num_samples) break;
     lifecycle::CalibrationSample s;
     s.index = static_cast<std::int64_t>(samples.size());
     if (pyb::isinstance<pyb::str>(item)) {
@@ -47,8 +45,8 @@ std::vector<lifecycle::CalibrationSample> samples_from_list(const PyModel& model
 
 pyb::object oneshot(pyb::handle model_arg, pyb::handle recipe, pyb::handle dataset,
                     std::int64_t num_calibration_samples, std::int64_t max_seq_length,
-                    pyb::handle output_dir, bool overwrite,
-                    std::optional<std::uint64_t> shuffle_seed) {
+                    pyb::handle output_dir, bool overwrite, bool shuffle_calibration_samples,
+                    std::uint64_t seed) {
   if (num_calibration_samples <= 0)
     fail<InvalidArgument>("num_calibration_samples must be > 0, got {}", num_calibration_samples);
   if (max_seq_length <= 0)
@@ -72,15 +70,18 @@ pyb::object oneshot(pyb::handle model_arg, pyb::handle recipe, pyb::handle datas
   // model: a previous quantization goes first.
   model->set_lifecycle(nullptr);
   auto lc = lifecycle::apply_quantization_config(model->lm(), config);
+  lifecycle::DatasetOptions opts;  // llm-compressor's selection, as `kvq oneshot`
+  opts.num_samples = num_calibration_samples;
+  opts.max_seq_length = max_seq_length;
+  opts.order = shuffle_calibration_samples ? lifecycle::SampleOrder::kShuffled
+                                           : lifecycle::SampleOrder::kLongestFirst;
+  opts.seed = seed;
   std::vector<lifecycle::CalibrationSample> samples;
   if (pyb::isinstance<pyb::list>(dataset) || pyb::isinstance<pyb::tuple>(dataset)) {
-    samples = samples_from_list(*model, dataset, num_calibration_samples, max_seq_length);
+    samples = lifecycle::select_calibration_samples(
+        samples_from_list(*model, dataset, max_seq_length), opts);
   } else {
     const fs::path path = to_path(dataset);
-    lifecycle::DatasetOptions opts;
-    opts.num_samples = num_calibration_samples;
-    opts.max_seq_length = max_seq_length;
-    opts.shuffle_seed = shuffle_seed;
     const tok::Tokenizer& tokenizer = model->tokenizer();
     with_path(path, [&] { samples = lifecycle::load_calibration_dataset(path, tokenizer, opts); });
   }
@@ -261,7 +262,7 @@ void bind_run(pyb::module_& m) {
       "oneshot", &oneshot, a::arg("model"), a::arg("recipe"), a::arg("dataset"), a::kw_only(),
       a::arg("num_calibration_samples") = 64, a::arg("max_seq_length") = 512,
       a::arg("output_dir") = a::none(), a::arg("overwrite") = false,
-      a::arg("shuffle_seed") = a::none(),
+      a::arg("shuffle_calibration_samples") = true, a::arg("seed") = 42,
       "llm-compressor's oneshot on kvq's engine: applies the recipe (a path, YAML / JSON text, a\n"
       "dict or a QuantizationConfig) to `model` (a Model, changed in place, or a model "
       "directory),\n"
@@ -269,8 +270,11 @@ void bind_run(pyb::module_& m) {
       "list of strings / token-id lists) and, with output_dir, saves the compressed-tensors\n"
       "checkpoint `kvq oneshot --output` writes (the same bytes; calibration report included).\n"
       "Returns the model, now quantized (generate / forward use its calibrated packed cache).\n"
-      "Defaults are the CLI's (64 samples of up to 512 tokens). Ctrl-C: KeyboardInterrupt, the\n"
-      "model left unquantized and nothing written.");
+      "Defaults are the CLI's (64 samples of up to 512 tokens). With more samples than\n"
+      "num_calibration_samples, llm-compressor's selection: shuffle_calibration_samples=True\n"
+      "draws them as its RandomSampler does after torch.manual_seed(seed), False takes the\n"
+      "longest, longest first. Ctrl-C: KeyboardInterrupt, the model left unquantized and\n"
+      "nothing written.");
   m.def("perplexity", &perplexity, a::arg("model"), a::arg("text_file") = a::none(), a::kw_only(),
         a::arg("text") = a::none(), a::arg("ctx") = 2048, a::arg("stride") = 0,
         a::arg("max_windows") = 0, a::arg("batch") = 1, a::arg("decode_from") = 0,

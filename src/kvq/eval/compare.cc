@@ -457,7 +457,8 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
         lifecycle::DatasetOptions d;
         d.num_samples = o.calib_samples;
         d.max_seq_length = o.calib_seq_len;
-        d.shuffle_seed = o.calib_seed;
+        d.order = lifecycle::SampleOrder::kCompareShuffle;
+        d.seed = o.calib_seed;
         d.format = lifecycle::DatasetFormat::kJsonlQA;
         impl_->calib = lifecycle::load_calibration_dataset(gsm8k_dir(o.data_dir) / "train.jsonl",
                                                            *impl_->src.tokenizer, d);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "kvq/core/error.h"
+#include "kvq/core/torch_sampling.h"
 #include "kvq/io/json_file.h"
 #include "kvq/io/read_file.h"
 
@@ -135,16 +137,50 @@ std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::p
   if (samples.empty())
     fail<InvalidArgument>("{}: the calibration dataset is empty (no non-empty samples)",
                           path.string());
-  if (options.shuffle_seed) {
-    std::mt19937_64 rng(*options.shuffle_seed);
-    for (std::size_t i = samples.size() - 1; i > 0; --i) {
-      std::uniform_int_distribution<std::size_t> pick(0, i);
-      std::swap(samples[i], samples[pick(rng)]);
+  return select_calibration_samples(std::move(samples), options);
+}
+
+std::vector<CalibrationSample> select_calibration_samples(std::vector<CalibrationSample> samples,
+                                                          const DatasetOptions& options) {
+  const auto n = static_cast<std::int64_t>(samples.size());
+  if (n == 0) return {};
+  const std::int64_t k = std::min(n, options.num_samples);  // llm-compressor clamps too
+  std::vector<std::int64_t> picked;                         // indices into samples, feed order
+  switch (options.order) {
+    case SampleOrder::kShuffled:
+      // llm-compressor 0.14's default (sequential) pipeline iterates the DataLoader twice (a
+      // sample to trace the model, then the pass it calibrates on); each iteration draws the
+      // DataLoader's base seed, then the sampler's, from the global generator: the calibrated
+      // samples come from the fourth draw after torch.manual_seed.
+      picked = torch_random_sampler(n, k, options.seed, /*draws_before=*/3);
+      break;
+    case SampleOrder::kLongestFirst: {
+      std::vector<std::int64_t> lengths;
+      for (const CalibrationSample& s : samples)
+        lengths.push_back(static_cast<std::int64_t>(s.tokens.size()));
+      picked = torch_argsort_descending(lengths);
+      break;
+    }
+    case SampleOrder::kFileOrder:
+      picked.resize(static_cast<std::size_t>(n));
+      std::iota(picked.begin(), picked.end(), std::int64_t{0});
+      break;
+    case SampleOrder::kCompareShuffle: {
+      picked.resize(static_cast<std::size_t>(n));
+      std::iota(picked.begin(), picked.end(), std::int64_t{0});
+      std::mt19937_64 rng(options.seed);
+      for (std::size_t i = picked.size() - 1; i > 0; --i) {
+        std::uniform_int_distribution<std::size_t> pick(0, i);
+        std::swap(picked[i], picked[pick(rng)]);
+      }
+      break;
     }
   }
-  if (static_cast<std::int64_t>(samples.size()) > options.num_samples)
-    samples.resize(static_cast<std::size_t>(options.num_samples));
-  return samples;
+  std::vector<CalibrationSample> out;
+  for (std::int64_t i = 0; i < k; ++i)
+    out.push_back(
+        std::move(samples[static_cast<std::size_t>(picked[static_cast<std::size_t>(i)])]));
+  return out;
 }
 
 }  // namespace kvq::lifecycle

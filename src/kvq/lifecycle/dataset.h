@@ -15,13 +15,13 @@
 //    truncation=True, add_special_tokens=False)). A model without a chat template (a base
 //    model such as gemma-3-270m) gets lm-eval's plain layout instead:
 //    "Question: {question}\nAnswer: {answer}", tokenized the same way.
-// Samples keep file order unless a shuffle seed is given (Fisher-Yates with std::mt19937_64 —
-// NOT the same permutation as HF datasets' shuffle), then the first num_samples are taken.
+// Which num_samples samples calibrate, in which order (order matters to moving-average
+// observers), is SampleOrder's; kvq oneshot and kvq.oneshot default to llm-compressor's
+// oneshot(shuffle_calibration_samples=True).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,10 +31,30 @@ namespace kvq::lifecycle {
 
 enum class DatasetFormat { kAuto, kText, kJsonlText, kJsonlQA };
 
+// How num_samples samples are picked from a dataset that has more, and the order they are fed in.
+// The llm-compressor orders are those of its calibration dataloader (llmcompressor/datasets/
+// utils.py _make_sampler, batch size 1), over the samples after truncation:
+enum class SampleOrder {
+  // shuffle_calibration_samples=True (its default): RandomSampler's draw, which llm-compressor
+  // seeds from torch's global generator — the samples its oneshot (default sequential
+  // pipeline) calibrates on when the script calls torch.manual_seed(seed) right before it.
+  kShuffled,
+  // shuffle_calibration_samples=False: LengthAwareSampler, the num_samples longest, longest
+  // first (ties in torch.argsort's order).
+  kLongestFirst,
+  // The first num_samples in file order.
+  kFileOrder,
+  // kvq compare's calibration set: Fisher-Yates over all samples with std::mt19937_64(seed),
+  // then the first num_samples (not llm-compressor's; kept so compare's published numbers and
+  // caches reproduce).
+  kCompareShuffle,
+};
+
 struct DatasetOptions {
   std::int64_t num_samples = 64;
   std::int64_t max_seq_length = 512;
-  std::optional<std::uint64_t> shuffle_seed;
+  SampleOrder order = SampleOrder::kFileOrder;
+  std::uint64_t seed = 0;  // kShuffled, kCompareShuffle
   DatasetFormat format = DatasetFormat::kAuto;
 };
 
@@ -48,5 +68,11 @@ struct CalibrationSample {
 std::vector<CalibrationSample> load_calibration_dataset(const std::filesystem::path& path,
                                                         const tok::Tokenizer& tokenizer,
                                                         const DatasetOptions& options);
+
+// The num_samples samples `options.order` picks from `samples` (all of the dataset, in file
+// order), in the order they calibrate. load_calibration_dataset ends with it; kvq.oneshot's
+// in-memory lists go through it too.
+std::vector<CalibrationSample> select_calibration_samples(std::vector<CalibrationSample> samples,
+                                                          const DatasetOptions& options);
 
 }  // namespace kvq::lifecycle

@@ -2,12 +2,14 @@
 // empty / ill-formed files (tokenizer: the tiny byte-level test tokenizer).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "kvq/core/error.h"
+#include "kvq/core/torch_sampling.h"
 #include "kvq/lifecycle/dataset.h"
 #include "support/test_paths.h"
 
@@ -48,7 +50,8 @@ TEST(Dataset, ShuffleIsSeededAndDeterministic) {
   for (int i = 0; i < 20; ++i) text += "{\"text\": \"sample " + std::to_string(i) + "\"}\n";
   const auto p = write(d, "s.jsonl", text);
   DatasetOptions o;
-  o.shuffle_seed = 7;
+  o.order = SampleOrder::kCompareShuffle;
+  o.seed = 7;
   const auto a = load_calibration_dataset(p, tokenizer(), o);
   const auto b = load_calibration_dataset(p, tokenizer(), o);
   ASSERT_EQ(a.size(), 20u);
@@ -58,6 +61,59 @@ TEST(Dataset, ShuffleIsSeededAndDeterministic) {
     moved |= a[i].index != static_cast<std::int64_t>(i);
   }
   EXPECT_TRUE(moved);
+  // kvq compare's calibration set must not change (its published numbers and caches): the
+  // permutation std::mt19937_64(7) gave before the llm-compressor orders were added.
+  const std::vector<std::int64_t> before = {14, 8, 6,  9,  1, 4,  16, 12, 5,  10,
+                                            7,  3, 13, 11, 0, 17, 19, 2,  18, 15};
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].index, before[i]) << i;
+}
+
+// 20 samples of lengths 3, 5, ..., 41, then 19 of them truncated so lengths tie.
+std::vector<CalibrationSample> varied_samples(std::int64_t max_len) {
+  std::vector<CalibrationSample> v;
+  for (std::int64_t i = 0; i < 20; ++i) {
+    const std::int64_t len = std::min<std::int64_t>(3 + 2 * ((i * 7) % 20), max_len);
+    v.push_back({i, std::vector<std::int32_t>(static_cast<std::size_t>(len), 65)});
+  }
+  return v;
+}
+
+std::vector<std::int64_t> indices(const std::vector<CalibrationSample>& s) {
+  std::vector<std::int64_t> out;
+  for (const CalibrationSample& c : s) out.push_back(c.index);
+  return out;
+}
+
+// llm-compressor's two orders (the selection itself is checked against torch in
+// tests/unit/core/test_torch_sampling.cc and end to end in
+// tests/model/lifecycle/calibration_order_test.cc).
+TEST(Dataset, LlmCompressorOrders) {
+  DatasetOptions o;
+  o.num_samples = 5;
+  o.order = SampleOrder::kShuffled;
+  o.seed = 3;
+  EXPECT_EQ(indices(select_calibration_samples(varied_samples(100), o)),
+            torch_random_sampler(20, 5, 3, /*draws_before=*/3));
+  o.seed = 4;
+  EXPECT_NE(indices(select_calibration_samples(varied_samples(100), o)),
+            torch_random_sampler(20, 5, 3, 3));
+  o.order = SampleOrder::kLongestFirst;
+  const auto longest = select_calibration_samples(varied_samples(100), o);
+  ASSERT_EQ(longest.size(), 5u);
+  for (std::size_t i = 0; i < longest.size(); ++i)  // 41, 39, 37, 35, 33
+    EXPECT_EQ(longest[i].tokens.size(), 41u - 2 * i) << i;
+  const auto tied = select_calibration_samples(varied_samples(20), o);  // 11 samples of 20
+  std::vector<std::int64_t> lengths;
+  for (const CalibrationSample& s : varied_samples(20))
+    lengths.push_back(static_cast<std::int64_t>(s.tokens.size()));
+  std::vector<std::int64_t> want = torch_argsort_descending(lengths);
+  want.resize(5);
+  EXPECT_EQ(indices(tied), want);
+  o.num_samples = 100;  // more than the dataset: all of it (llm-compressor clamps too)
+  EXPECT_EQ(select_calibration_samples(varied_samples(100), o).size(), 20u);
+  o.order = SampleOrder::kShuffled;
+  EXPECT_EQ(select_calibration_samples(varied_samples(100), o).size(), 20u);
+  EXPECT_TRUE(select_calibration_samples({}, o).empty());
 }
 
 // A tokenizer directory with Mistral Nemo's chat template (bos <s> = 269, eos </s> = 270 in the
