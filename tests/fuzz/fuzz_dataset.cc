@@ -36,7 +36,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     lifecycle::DatasetOptions options;
     options.num_samples = 8;
     options.max_seq_length = 64;
-    options.shuffle_seed = 1;
+    // Both llm-compressor selections (the input's length picks one; the corpus stays valid).
+    options.order = size % 2 == 0 ? lifecycle::SampleOrder::kShuffled
+                                  : lifecycle::SampleOrder::kLongestFirst;
+    options.seed = 1;
     (void)lifecycle::load_calibration_dataset(path, tok, options);
   });
   return 0;
