@@ -1,7 +1,9 @@
 #include "kvq/io/mmap.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +24,17 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path) 
     data = static_cast<const std::uint8_t*>(p);
   }
   return std::shared_ptr<MappedFile>(new MappedFile(path, data, size));  // mapping outlives fd
+}
+
+void MappedFile::release(std::size_t offset, std::size_t length) const {
+  if (data_ == nullptr || offset >= size_) return;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t end = std::min(size_, offset + std::min(length, size_ - offset));
+  const std::size_t first = (offset + page - 1) / page * page;  // the mapping is page-aligned
+  const std::size_t last = end == size_ ? end : end / page * page;
+  if (first >= last) return;
+  // Read-only private file pages, never written: dropping them loses nothing.
+  (void)::madvise(const_cast<std::uint8_t*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -25,6 +25,11 @@ class MappedFile {
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
+  // Drops the whole pages inside [offset, offset + length) from this process (madvise
+  // MADV_DONTNEED; the data stays in the file and is read again if touched). For one-pass copies
+  // out of a large file: an 8B checkpoint copied through a second mapping would otherwise count
+  // its 16 GB twice in the resident set. Out-of-range parts are ignored.
+  void release(std::size_t offset, std::size_t length) const;
 
  private:
   MappedFile(std::filesystem::path path, const std::uint8_t* data, std::size_t size)

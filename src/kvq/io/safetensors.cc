@@ -225,6 +225,11 @@ Tensor SafetensorsFile::tensor(std::string_view name) const {
   return view;
 }
 
+void SafetensorsFile::release(std::string_view name) const {
+  const TensorInfo& t = info(name);
+  map_->release(data_offset_ + t.begin, t.end - t.begin);
+}
+
 // ---------------------------------------------------------------------------------------------
 // SafetensorsModel
 
@@ -326,6 +331,13 @@ Tensor SafetensorsModel::tensor(std::string_view name) const {
   return files_[it->second].tensor(name);
 }
 
+void SafetensorsModel::release(std::string_view name) const {
+  const auto it = file_index_.find(name);
+  if (it == file_index_.end())
+    fail<FormatError>("{}: no tensor named '{}'", source_.string(), name);
+  files_[it->second].release(name);
+}
+
 std::string SafetensorsModel::file_of(std::string_view name) const {
   const auto it = file_index_.find(name);
   if (it == file_index_.end())
@@ -376,7 +388,8 @@ std::string SafetensorsWriter::header_json() const {
   return out;
 }
 
-void SafetensorsWriter::write(const fs::path& path) const {
+void SafetensorsWriter::write(const fs::path& path,
+                              const std::function<void(const std::string& name)>& written) const {
   std::string header = header_json();
   // Pad with spaces so the data section starts 8-byte aligned (the reference does the same).
   header.append((8 - header.size() % 8) % 8, ' ');
@@ -388,6 +401,7 @@ void SafetensorsWriter::write(const fs::path& path) const {
   out.write(header);
   for (const auto& [name, t] : tensors_) {
     if (t.nbytes() > 0) out.write(t.data(), t.nbytes());
+    if (written) written(name);
   }
   out.commit();
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,8 @@ class SafetensorsFile {
   const TensorInfo& info(
       std::string_view name) const;            // FormatError naming file + tensor if absent
   Tensor tensor(std::string_view name) const;  // zero-copy view into the mmap
+  // Drops the tensor's pages from this process (MappedFile::release); its views stay valid.
+  void release(std::string_view name) const;
   std::uint64_t data_offset() const { return data_offset_; }  // 8 + header length
 
  private:
@@ -67,6 +70,7 @@ class SafetensorsModel {
   const TensorInfo& info(std::string_view name) const;  // FormatError naming the model if absent
   Tensor tensor(std::string_view name) const;
   std::string file_of(std::string_view name) const;  // the shard's file name (no directory)
+  void release(std::string_view name) const;         // SafetensorsFile::release
   const std::filesystem::path& source() const { return source_; }
   const std::vector<SafetensorsFile>& files() const { return files_; }
 
@@ -82,8 +86,10 @@ class SafetensorsWriter {
   void set_metadata(std::string key, std::string value);
   void add(std::string name, Tensor tensor);  // InvalidArgument on a duplicate or empty name
   // Atomic. Header padded with spaces to a multiple of 8 bytes (as the reference writer does);
-  // tensors in insertion order; dtype names per DType.
-  void write(const std::filesystem::path& path) const;
+  // tensors in insertion order; dtype names per DType. `written(name)` runs after each tensor's
+  // bytes are out (save_pretrained releases the source's pages there).
+  void write(const std::filesystem::path& path,
+             const std::function<void(const std::string& name)>& written = {}) const;
   // The header JSON text (unpadded) that write() would produce.
   std::string header_json() const;
   std::size_t size() const { return tensors_.size(); }

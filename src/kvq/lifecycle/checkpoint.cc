@@ -240,7 +240,11 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
 
   io::AtomicDirectory dir(
       out_dir, overwrite ? io::ExistingDirectory::kReplace : io::ExistingDirectory::kRefuse);
-  writer.write(dir.path() / "model.safetensors");
+  // Each source tensor's pages are dropped once copied: the model maps the same files, and a
+  // second full mapping would double the resident set of a large checkpoint's save.
+  writer.write(dir.path() / "model.safetensors", [&](const std::string& name) {
+    if (src.contains(name)) src.release(name);
+  });
   io::write_file_atomic(dir.path() / "config.json", quant::dump_sorted(cfg, 2) + "\n");
   for (const char* f : kCopiedFiles)
     if (fs::exists(source_model_dir / f)) {

@@ -3,10 +3,10 @@
 // read_metadata): header length ≤ 100 MB and inside the file, UTF-8 JSON object, known dtype,
 // shape × dtype size == end − begin, tensors sorted by offset tile the data section exactly.
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <fstream>
 
 #include "io_test_util.h"
 #include "kvq/io/safetensors.h"
@@ -191,6 +191,45 @@ TEST(SafetensorsZeroCopy, OpeningALargeFileReadsOnlyTheHeader) {
   EXPECT_EQ(big.nbytes(), kBytes);
   // Reading the data would add 512 MiB to the resident set.
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB";  // ru_maxrss is in KiB
+}
+
+// The current resident set in KiB (/proc/self/statm's second field, in pages).
+long resident_kib() {
+  std::ifstream statm("/proc/self/statm");
+  long size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// release() drops a tensor's pages from the resident set (save_pretrained copies a whole
+// checkpoint through a second mapping) and the view still reads the same bytes afterwards.
+TEST(SafetensorsZeroCopy, ReleasedPagesLeaveTheResidentSet) {
+  TempDir dir;
+  const auto path = dir / "data.safetensors";
+  constexpr std::uint64_t kBytes = 64ull << 20;
+  std::string data(kBytes, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + i / 4096);
+  const std::string header =
+      fmt::format(R"({{"t":{{"dtype":"U8","shape":[{}],"data_offsets":[0,{}]}}}})", kBytes, kBytes);
+  write_bytes(path, safetensors_bytes(header, data));
+  const auto file = SafetensorsFile::open(path);
+  const Tensor t = file.tensor("t");
+  const auto sum = [&] {
+    std::uint64_t s = 0;
+    const auto* p = static_cast<const std::uint8_t*>(t.data());
+    for (std::uint64_t i = 0; i < kBytes; i += 64) s += p[i];
+    return s;
+  };
+  const long before = resident_kib();
+  const std::uint64_t first = sum();
+  const long touched = resident_kib();
+  file.release("t");
+  const long released = resident_kib();
+  EXPECT_GT(touched - before, 48 * 1024) << "touching 64 MiB should grow the resident set";
+  EXPECT_LT(released, touched - 48 * 1024) << "release should drop those pages";
+  EXPECT_EQ(sum(), first);  // read again from the file
+  file.release("t");        // twice is harmless
+  EXPECT_THROW((void)file.release("nope"), FormatError);
 }
 
 }  // namespace
