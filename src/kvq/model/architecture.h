@@ -188,10 +188,9 @@ bool is_attention_qparam(const model::ModelConfig& config, std::string_view name
 //  - ConfigError naming `source` and the tensor when one is missing or has another shape than
 //    the config implies, or when the weights have layers past num_hidden_layers;
 //  - NotSupported naming the tensors when they are quantized Linear weights still compressed
-//    (weight_packed,
-//    weight_scale, weight_zero_point, weight_global_scale, weight_shape, input_scale...) or
-//    anything else the architecture does not know (a bias it has no place for, another model's
-//    tensors).
+//    (weight_packed, weight_scale, weight_zero_point, weight_global_scale, weight_shape,
+//    input_scale...) or anything else the architecture does not know (a bias it has no place for,
+//    another model's tensors).
 // Allowed besides: attention quantization parameters (<attn>.{q,k,v}_{scale,zero_point}, read by
 // lifecycle::load_quantized), a tied lm_head.weight, rotary inv_freq buffers, and the transform
 // matrices compressed-tensors saves with a transform_config ("<module>.R3_q_attn.weight"; kvq

@@ -135,8 +135,9 @@ void check_weight_args(const QuantizationArgs& a, const std::string& tensor,
         "block weights",
         source, tensor, quant::to_string(s));
   if (a.num_bits > 8 || (a.type == quant::QuantizationType::kFloat && a.num_bits != 8))
-    fail<NotSupported>("{}: '{}' is quantized to {} {} bits; kvq dequantizes int ≤ 8 and float 8",
-                       source, tensor, quant::to_string(a.type), a.num_bits);
+    fail<NotSupported>(
+        "{}: '{}' is quantized to {} {} bits; kvq dequantizes int up to 8 bits and float 8", source,
+        tensor, quant::to_string(a.type), a.num_bits);
 }
 
 // The dense weight of `module` [rows, cols] in `storage`.

@@ -9,7 +9,9 @@
 // <dir>/kvq_logits.json, for tools/reference/check_weight_quant_interop.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -87,6 +89,24 @@ TEST(WeightQuantCheckpoint, OneshotAddsKvScalesAndKeepsTheQuantizedWeights) {
   EXPECT_EQ(qm.lifecycle->kv_format(), quant::KvFormat::kFP8E4M3);
   const Tensor after = qm.model->forward(kPrompt, model::LogitsMode::kAll);
   EXPECT_EQ(before.to_f32_vector(), after.to_f32_vector());
+
+  // transformers + compressed-tensors on the same checkpoint (recorded by
+  // tools/reference/check_weight_quant_interop.py): FP8 weights decompressed, inputs and k/v
+  // fake-quantized. fp32 on both sides with different summation orders (1.7e-6 measured); the
+  // quantization moves the logits by 0.26, so a missing input or kv quantization would show.
+  const auto rec =
+      io::read_json_file(test::test_data_dir() / "lifecycle" / "wq_interop_transformers.json");
+  EXPECT_TRUE(rec["kv_scales_loaded_equal"].get<bool>());
+  EXPECT_EQ(rec["prompt"].get<std::vector<std::int32_t>>(), kPrompt);
+  const auto want = rec["logits"].get<std::vector<std::vector<float>>>();
+  ASSERT_EQ(static_cast<std::int64_t>(want.size() * want[0].size()), after.numel());
+  double worst = 0;
+  for (std::size_t t = 0; t < want.size(); ++t)
+    for (std::size_t v = 0; v < want[t].size(); ++v)
+      worst = std::max(worst, double(std::fabs(after.f32()[t * want[t].size() + v] - want[t][v])));
+  std::printf("max |logit diff| kvq vs transformers (W8A8 FP8 + FP8 KV): %.3g\n", worst);
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(rec["logits_max_abs_diff_unquantized"].get<double>(), 1e-2);
 
   if (interop_dir != nullptr) {
     std::vector<std::vector<float>> rows;
