@@ -7,6 +7,8 @@
 #include <optional>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "kvq/core/error.h"
 #include "kvq/core/float8.h"
 #include "kvq/core/log.h"
@@ -146,6 +148,36 @@ Tensor in_dtype(const Tensor& t, DType dtype, const std::string& name) {
   return out;
 }
 
+// A source whose Linears compressed-tensors stored quantized keeps them (their tensors are
+// copied as stored): its config groups, verbatim, come first, then the lifecycle's attention
+// groups (renamed when a name is taken); its top-level format and ignore list stay (the
+// attention groups are "dense", which compressed-tensors leaves out of the top-level format).
+quant::Json keep_weight_quantization(quant::Json out, const quant::Json& source) {
+  quant::Json groups = source.value("config_groups", quant::Json::object());
+  for (auto& [name, group] : out["config_groups"].items()) {
+    std::string key = name;
+    for (int i = 0; groups.contains(key); ++i) key = fmt::format("group_{}", i);
+    groups[key] = group;
+  }
+  out["config_groups"] = groups;
+  if (source.contains("format")) out["format"] = source["format"];
+  quant::Json ignore = source.value("ignore", quant::Json::array());
+  if (!ignore.is_array()) ignore = quant::Json::array();
+  for (const auto& i : out.value("ignore", quant::Json::array()))
+    if (std::find(ignore.begin(), ignore.end(), i) == ignore.end()) ignore.push_back(i);
+  out["ignore"] = ignore;
+  return out;
+}
+
+// What of a checkpoint's config the lifecycle applies: the groups that quantize weights belong
+// to the Linears the load already dequantized (CausalLM::compressed_linears), not to it.
+quant::QuantizationConfig lifecycle_part(quant::QuantizationConfig config,
+                                         const model::CausalLM& model) {
+  if (model.compressed_linears().empty()) return config;
+  std::erase_if(config.config_groups, [](const auto& g) { return g.second.weights.has_value(); });
+  return config;
+}
+
 }  // namespace
 
 quant::QuantizationConfig checkpoint_config(const QuantizationLifecycle& lifecycle) {
@@ -236,7 +268,11 @@ void save_pretrained(const QuantizationLifecycle& lifecycle, const fs::path& sou
 
   quant::Json cfg = quant::Json::parse(io::read_json_file(source_model_dir / "config.json").dump());
   cfg.erase("compression_config");
+  const quant::Json source_config = cfg.value("quantization_config", quant::Json::object());
   cfg["quantization_config"] = checkpoint_config_json(lifecycle);
+  if (!lifecycle.model().compressed_linears().empty())
+    cfg["quantization_config"] =
+        keep_weight_quantization(cfg["quantization_config"], source_config);
 
   io::AtomicDirectory dir(
       out_dir, overwrite ? io::ExistingDirectory::kReplace : io::ExistingDirectory::kRefuse);
@@ -265,8 +301,8 @@ std::unique_ptr<QuantizationLifecycle> load_quantized(model::CausalLM& model,
   if (!raw.contains("quantization_config") && !raw.contains("compression_config"))
     fail<ConfigError>("{}: no quantization_config: not a quantized checkpoint",
                       config_path.string());
-  const quant::QuantizationConfig config =
-      quant::parse_quantization_config(quant::Json(raw), config_path.string());
+  const quant::QuantizationConfig config = lifecycle_part(
+      quant::parse_quantization_config(quant::Json(raw), config_path.string()), model);
   // The weights hold the offline transforms already: only the online ones are applied.
   auto lc = apply_quantization_config(model, config, /*fuse_offline=*/false);
   const std::map<std::string, Tensor>& st = model.attention_qparams();
@@ -323,7 +359,14 @@ QuantizedModel QuantizedModel::load(const fs::path& model_dir, const model::Load
   QuantizedModel out;
   out.model = model::CausalLM::load(model_dir, options);
   const nlohmann::json& raw = out.model->config().raw;
-  if (raw.contains("quantization_config") || raw.contains("compression_config"))
+  if (!raw.contains("quantization_config") && !raw.contains("compression_config")) return out;
+  // A checkpoint that quantizes only its Linear weights (dequantized by the load) has nothing
+  // for a lifecycle to do.
+  const quant::QuantizationConfig c = lifecycle_part(
+      quant::parse_quantization_config(quant::Json(raw), (model_dir / "config.json").string()),
+      *out.model);
+  if (out.model->compressed_linears().empty() || !c.config_groups.empty() || c.kv_cache_scheme ||
+      !c.transforms.empty())
     out.lifecycle = load_quantized(*out.model, model_dir);
   return out;
 }

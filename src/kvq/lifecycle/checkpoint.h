@@ -9,7 +9,12 @@
 //    ModelCompressor.update_config writes it: version "0.19.0", quant_method, sparsity_config {},
 //    transform_config {}, format "dense", status "compressed"), keys sorted;
 //  - tokenizer files and generation_config.json copied from the source.
-// load_quantized restores the quantization of a checkpoint saved by kvq or by llm-compressor.
+// A source whose Linear weights compressed-tensors stored quantized (a W8A8 / W4A16 / FP8
+// checkpoint, dequantized by the load: model/compressed_linear.h) keeps them: its tensors are
+// copied as stored, and its config groups (verbatim), top-level format and ignore list stay in
+// the quantization_config next to the lifecycle's kv_cache_scheme and attention groups.
+// load_quantized restores the quantization of a checkpoint saved by kvq or by llm-compressor
+// (the config groups of dequantized Linear weights are the model's, not the lifecycle's).
 #pragma once
 
 #include <filesystem>

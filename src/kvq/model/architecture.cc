@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "kvq/core/error.h"
+#include "kvq/model/compressed_linear.h"
 
 namespace kvq::model {
 namespace {
@@ -143,18 +144,6 @@ std::string name_list(const std::vector<std::string>& names, std::size_t limit =
   for (std::size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
   if (names.size() > limit) s += fmt::format(", ... ({} in all)", names.size());
   return s;
-}
-
-// What compressed-tensors saves for quantized Linear modules (weights and their activations).
-bool is_quantized_linear_tensor(std::string_view name) {
-  static constexpr std::array<std::string_view, 11> kSuffixes = {
-      ".weight_packed",      ".weight_scale", ".weight_zero_point", ".weight_global_scale",
-      ".weight_shape",       ".weight_g_idx", ".input_scale",       ".input_zero_point",
-      ".input_global_scale", ".output_scale", ".output_zero_point"};
-  for (std::string_view s : kSuffixes) {
-    if (name.ends_with(s)) return true;
-  }
-  return false;
 }
 
 // A transform's own weight as compressed-tensors saves it ("<module>.R3_q_attn.weight": the
@@ -500,13 +489,13 @@ void check_checkpoint_tensors(const Architecture& arch, const model::ModelConfig
   }
   std::vector<std::string> quantized;
   for (const auto& [name, shape] : tensors) {
-    if (is_quantized_linear_tensor(name)) quantized.push_back(name);
+    if (is_compressed_linear_tensor(name)) quantized.push_back(name);
   }
   if (!quantized.empty()) {
     fail<NotSupported>(
-        "{}: the checkpoint holds quantized Linear weights ({}); kvq quantizes attention and "
-        "the KV cache of models whose Linear weights are float (f32 / f16 / bf16) and does not "
-        "dequantize compressed-tensors weight formats yet",
+        "{}: the checkpoint holds quantized Linear weights ({}) that were not dequantized "
+        "(CausalLM's load dequantizes compressed-tensors' formats first: "
+        "model/compressed_linear.h)",
         source, name_list(quantized));
   }
   if (!missing.empty()) {

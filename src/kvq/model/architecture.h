@@ -11,8 +11,9 @@
 //
 // Loading refuses what kvq cannot run instead of guessing: an architecture that has no row, a
 // checkpoint tensor the row does not know (a Qwen2 q_proj.bias would otherwise be dropped
-// silently), and quantized Linear weights (compressed-tensors weight_packed / weight_scale ...,
-// integer weight dtypes).
+// silently), and quantized Linear weights left compressed (compressed-tensors weight_packed /
+// weight_scale ...: CausalLM's load dequantizes the formats it reads before this check,
+// model/compressed_linear.h, so what reaches it is a format kvq does not read).
 #pragma once
 
 #include <map>
@@ -186,10 +187,10 @@ bool is_attention_qparam(const model::ModelConfig& config, std::string_view name
 // Checks the names and shapes of a checkpoint's tensors against expected_tensors:
 //  - ConfigError naming `source` and the tensor when one is missing or has another shape than
 //    the config implies, or when the weights have layers past num_hidden_layers;
-//  - NotSupported naming the tensors when they are quantized Linear weights (weight_packed,
-//    weight_scale, weight_zero_point, weight_global_scale, weight_shape, input_scale...) or
-//    anything else the architecture does not know (a bias it has no place for, another model's
-//    tensors).
+//  - NotSupported naming the tensors when they are quantized Linear weights still compressed
+//    (weight_packed, weight_scale, weight_zero_point, weight_global_scale, weight_shape,
+//    input_scale...) or anything else the architecture does not know (a bias it has no place for,
+//    another model's tensors).
 // Allowed besides: attention quantization parameters (<attn>.{q,k,v}_{scale,zero_point}, read by
 // lifecycle::load_quantized), a tied lm_head.weight, rotary inv_freq buffers, and the transform
 // matrices compressed-tensors saves with a transform_config ("<module>.R3_q_attn.weight"; kvq

@@ -18,6 +18,8 @@ namespace {
 struct LinearWeight {
   const float* f32 = nullptr;
   const std::uint16_t* bf16 = nullptr;  // bf16 bits
+  // The checkpoint's input-activation quantization of this Linear (W8A8), or none.
+  const InputQuantization* input = nullptr;
 };
 
 LinearWeight linear_weight(const Tensor& t) {
@@ -215,11 +217,26 @@ void CausalLM::build(const model::ModelConfig& config,
   arch_ = &find_architecture(config, source);
   check_forward_support(*arch_, config, source);
   std::map<std::string, Shape> shapes;
-  for (const auto& [name, t] : checkpoint) shapes.emplace(name, t.shape());
+  // Linears compressed-tensors stored quantized are dequantized here (in the storage dtype);
+  // their input quantization runs in the forward.
+  DecompressedCheckpoint decompressed =
+      decompress_linear_weights(config, checkpoint, options.weights, source);
+  for (const auto& [name, t] : decompressed.tensors) shapes.emplace(name, t.shape());
   check_checkpoint_tensors(*arch_, config, shapes, source);
   // Fused Linears (Phi-3's qkv_proj, gate_up_proj) become views of their parts' rows.
   const std::map<std::string, Tensor> weights =
-      split_fused_linears(*arch_, config, checkpoint, source);
+      split_fused_linears(*arch_, config, decompressed.tensors, source);
+  compressed_linears_ = std::move(decompressed.linears);
+  std::map<std::string, const InputQuantization*> input_quant;
+  for (const CompressedLinear& cl : compressed_linears_) {
+    if (!cl.input) continue;
+    if (cl.module == "lm_head" || cl.module.ends_with("embed_tokens"))
+      fail<NotSupported>(
+          "{}: '{}' quantizes its input activations; kvq runs input quantization "
+          "on the decoder layers' Linears only",
+          source, cl.module);
+    input_quant.emplace(cl.module, cl.input.get());
+  }
   for (const auto& [name, t] : weights) {
     if (is_attention_qparam(config, name)) attention_qparams_.emplace(name, t.clone());
   }
@@ -260,7 +277,12 @@ void CausalLM::build(const model::ModelConfig& config,
       m->set_bias(take_weight(weights, name + ".bias", {shape[0]}, source, vector));
       *bias = m->bias().f32();
     }
-    return linear_weight(m->weight());
+    LinearWeight w = linear_weight(m->weight());
+    // A part of a fused checkpoint Linear (Phi-3's q_proj in qkv_proj) takes the stack's.
+    const std::optional<FusedModule> stack = fused_module_of(*arch_, name);
+    auto it = input_quant.find(stack ? stack->name : name);
+    if (it != input_quant.end()) w.input = it->second;
+    return w;
   };
   // An RMSNorm module holding the checkpoint's weight; returns the multiplier the forward
   // applies: that weight, or for (1 + w) norms 1 + w computed once in fp32 (Gemma3RMSNorm's
@@ -360,7 +382,9 @@ void CausalLM::set_linear_weight(std::string_view module, Tensor weight) {
   } else {
     m->set_weight(weight.dtype() == DType::kF32 ? std::move(weight) : weight.to_f32());
   }
+  const InputQuantization* input = slot->input;
   *slot = linear_weight(m->weight());
+  slot->input = input;
 }
 
 AttentionModule& CausalLM::attention(std::int64_t layer) {
@@ -405,6 +429,8 @@ struct CausalLM::Pass {
   void to_heads(const std::vector<float>& src, std::vector<float>& dst, std::int64_t heads,
                 const std::vector<RopeTable>* tables) const;
   static std::size_t n(std::int64_t v) { return static_cast<std::size_t>(v); }
+  // y [rows, out] = x [rows, in] · Wᵀ, with the input quantized first when the Linear says so.
+  void linear(const float* x, const LinearWeight& w, float* y, std::int64_t out, std::int64_t in);
 
   CausalLM& m;
   const ModelConfig& c;
@@ -420,6 +446,7 @@ struct CausalLM::Pass {
   std::vector<float> attn_out;                // [batch, S, heads, head_dim]
   std::vector<float> o;                       // [batch * S, hidden]
   std::vector<float> gate, up;                // [batch * S, intermediate]
+  std::vector<float> quantized_input;         // [batch * S, in] a Linear's quantized input
   std::vector<kernels::KvRowsView> kviews, vviews;
 };
 
@@ -515,13 +542,28 @@ void CausalLM::Pass::to_heads(const std::vector<float>& src, std::vector<float>&
   }
 }
 
+void CausalLM::Pass::linear(const float* x, const LinearWeight& w, float* y, std::int64_t out,
+                            std::int64_t in) {
+  if (w.input == nullptr) {
+    apply_linear(x, w, y, rows, out, in);
+    return;
+  }
+  quantized_input.assign(x, x + rows * in);
+  // A shared cache holds one torch batch [batch, S, in]; separate caches are separate sequences
+  // (decode_step), each quantized as if it ran alone.
+  const std::int64_t groups = shared ? 1 : batch, per = shared ? batch : 1;
+  for (std::int64_t g = 0; g < groups; ++g)
+    w.input->apply(quantized_input.data() + g * per * S * in, per, S, in);
+  apply_linear(quantized_input.data(), w, y, rows, out, in);
+}
+
 void CausalLM::Pass::layer(std::int64_t l) {
   const Layer& L = m.layers_[n(l)];
   const float eps = static_cast<float>(c.rms_norm_eps);
   kernels::rmsnorm(x.data(), L.in_norm, h.data(), rows, hid, eps);
-  apply_linear(h.data(), L.wq, qp.data(), rows, H * d, hid);
-  apply_linear(h.data(), L.wk, kp.data(), rows, Hkv * d, hid);
-  apply_linear(h.data(), L.wv, vp.data(), rows, Hkv * d, hid);
+  linear(h.data(), L.wq, qp.data(), H * d, hid);
+  linear(h.data(), L.wk, kp.data(), Hkv * d, hid);
+  linear(h.data(), L.wv, vp.data(), Hkv * d, hid);
   if (L.bq != nullptr) {
     add_bias(qp.data(), L.bq, rows, H * d);
     add_bias(kp.data(), L.bk, rows, Hkv * d);
@@ -563,7 +605,7 @@ void CausalLM::Pass::layer(std::int64_t l) {
     kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
                        attn_out.data() + b * S * H * d);
   }
-  apply_linear(attn_out.data(), L.wo, o.data(), rows, hid, H * d);
+  linear(attn_out.data(), L.wo, o.data(), hid, H * d);
   // Pre-norm: x += attn; h = post_attention_layernorm(x). Sandwich (Gemma 3): x +=
   // post_attention_layernorm(attn); h = pre_feedforward_layernorm(x); the MLP's output is
   // normed by post_feedforward_layernorm before it is added.
@@ -572,8 +614,8 @@ void CausalLM::Pass::layer(std::int64_t l) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
   kernels::rmsnorm(x.data(), sandwich ? L.pre_ff : L.post_norm, h.data(), rows, hid, eps);
-  apply_linear(h.data(), L.w_gate, gate.data(), rows, inter, hid);
-  apply_linear(h.data(), L.w_up, up.data(), rows, inter, hid);
+  linear(h.data(), L.w_gate, gate.data(), inter, hid);
+  linear(h.data(), L.w_up, up.data(), inter, hid);
   const bool gelu = m.arch_->forward.activation == MlpActivation::kGeluTanh;
 #pragma omp parallel for schedule(static) if (rows * inter >= (1 << 16))
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -585,7 +627,7 @@ void CausalLM::Pass::layer(std::int64_t l) {
       kernels::swiglu(g, u, g, inter);
     }
   }
-  apply_linear(gate.data(), L.w_down, o.data(), rows, hid, inter);
+  linear(gate.data(), L.w_down, o.data(), hid, inter);
   if (sandwich) kernels::rmsnorm(o.data(), L.post_ff, o.data(), rows, hid, eps);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 }

@@ -38,6 +38,7 @@
 #include "kvq/core/tensor.h"
 #include "kvq/model/architecture.h"
 #include "kvq/model/attention.h"
+#include "kvq/model/compressed_linear.h"
 #include "kvq/model/kv_cache.h"
 #include "kvq/model/model_config.h"
 #include "kvq/model/module.h"
@@ -65,9 +66,12 @@ DType parse_weight_dtype(std::string_view name);
 // when each floating-point matrix of the checkpoint (`*.weight` with two dimensions: Linear
 // weights, embeddings) is BF16, so a bf16 checkpoint runs at its own size as transformers'
 // dtype="auto" loads it (an 8B model in 16 GB, not 32), else kF32; "f32" / "bf16" as
-// parse_weight_dtype. The arithmetic is fp32 either way and a bf16 value widens exactly, so for a
-// bf16 checkpoint the two differ only in the kernels' summation order. A directory that is not a
-// readable checkpoint resolves to kF32: its load then reports the problem.
+// parse_weight_dtype. A Linear compressed-tensors stored quantized counts as its weight_scale's
+// dtype (what it dequantizes to), so a bf16 W8A8 / W4A16 checkpoint resolves to kBF16 and loads
+// as compressed-tensors decompresses it, bit for bit. The arithmetic is fp32 either way and a bf16
+// value widens exactly, so for a bf16 checkpoint the two differ only in the kernels' summation
+// order. A directory that is not a readable checkpoint resolves to kF32: its load then reports the
+// problem.
 DType resolve_weight_dtype(std::string_view name, const std::filesystem::path& model_dir);
 // kF32 → "f32", kBF16 → "bf16".
 std::string_view weight_dtype_label(DType dtype);
@@ -100,6 +104,9 @@ class CausalLM {
   const std::map<std::string, Tensor>& attention_qparams() const { return attention_qparams_; }
   // kF32 or kBF16: the dtype of the Linear weights and the embedding table (LoadOptions).
   DType weight_dtype() const { return weight_dtype_; }
+  // The Linears the checkpoint stored quantized (dequantized at load; model/compressed_linear.h),
+  // by module name; empty for a float checkpoint.
+  const std::vector<CompressedLinear>& compressed_linears() const { return compressed_linears_; }
   // What the embeddings are multiplied by: 1, or with the row's scale_embeddings (Gemma)
   // sqrt(hidden_size) rounded to fp32 and then to the embedding table's dtype (bf16 under
   // LoadOptions::weights = kBF16), as transformers casts its normalizer to the weight dtype.
@@ -172,7 +179,8 @@ class CausalLM {
 
   model::ModelConfig config_;
   const Architecture* arch_ = nullptr;
-  std::map<std::string, Tensor> attention_qparams_;  // small copies: the mmap may go
+  std::map<std::string, Tensor> attention_qparams_;   // small copies: the mmap may go
+  std::vector<CompressedLinear> compressed_linears_;  // owns the forward's InputQuantizations
   DType weight_dtype_ = DType::kF32;
   std::vector<float> inv_freq_;
   std::vector<float> inv_freq_local_;  // the sliding layers' RoPE (Gemma 3), or empty

@@ -1,5 +1,6 @@
 // CausalLM::load: config.json + safetensors weights from a Hugging Face model directory.
 // (A separate file so code that only uses from_weights does not link the safetensors reader.)
+#include <set>
 #include <system_error>
 
 #include "kvq/core/error.h"
@@ -26,10 +27,18 @@ DType resolve_weight_dtype(std::string_view name, const std::filesystem::path& m
   if (!std::filesystem::is_directory(model_dir, ec)) return DType::kF32;
   try {
     const io::SafetensorsModel st = io::SafetensorsModel::open(model_dir);
+    // A quantized Linear (compressed-tensors) dequantizes to its weight_scale's dtype:
+    // that dtype stands for its weight, so a bf16 W8A8 checkpoint stays bf16 and its weights
+    // are compressed-tensors' decompression bit for bit (model/compressed_linear.h).
+    std::set<std::string> quantized;
+    for (const std::string& tensor : st.names())
+      if (tensor.ends_with(".weight_scale")) quantized.insert(tensor.substr(0, tensor.size() - 6));
     bool any = false;
     for (const std::string& tensor : st.names()) {
       const io::TensorInfo& info = st.info(tensor);
-      if (info.shape.size() != 2 || !dtype_is_float(info.dtype) || !tensor.ends_with(".weight"))
+      const bool scale = tensor.ends_with(".weight_scale");
+      if (!scale && (info.shape.size() != 2 || !dtype_is_float(info.dtype) ||
+                     !tensor.ends_with(".weight") || quantized.contains(tensor)))
         continue;
       if (info.dtype != DType::kBF16) return DType::kF32;
       any = true;
