@@ -17,10 +17,12 @@ namespace kvq::test {
 // RMSNorm, head_dim 32), mistral (window 24 on every layer), gemma3 (Gemma 3 text: (1 + w)
 // sandwich norms, q/k norms, scaled embeddings, MQA, GeGLU, window 6 on layers 0-1 with their own
 // RoPE, softcapped logits), phi3 (fused qkv_proj / gate_up_proj split at load, window 12 on every
-// layer).
+// layer), phi3_longrope (LongRoPE: short / long factors switched per forward at 16 positions,
+// an attention factor on cos / sin).
 inline const std::vector<std::string>& tiny_variants() {
-  static const std::vector<std::string> v = {"gqa",   "llama3_tied", "llama_linear", "qwen2",
-                                             "qwen3", "mistral",     "gemma3",       "phi3"};
+  static const std::vector<std::string> v = {"gqa",    "llama3_tied", "llama_linear",
+                                             "qwen2",  "qwen3",       "mistral",
+                                             "gemma3", "phi3",        "phi3_longrope"};
   return v;
 }
 

@@ -144,18 +144,38 @@ RopeScaling parse_rope_scaling(const json& r, std::string_view source, std::stri
                         source, s.high_freq_factor, s.low_freq_factor);
     }
   } else if (s.rope_type == "longrope" || s.rope_type == "su") {
-    // Phi-3 128k / Phi-3.5 (Phi3Config renames "su" to "longrope").
-    fail<NotSupported>(
-        "{}: field '{}.rope_type' is '{}', which kvq does not run (supported: default, linear, "
-        "llama3): LongRoPE rescales each frequency by short_factor or long_factor, chosen by "
-        "transformers at every forward from the sequence length against "
-        "original_max_position_embeddings, and scales cos / sin by an attention factor; use the "
-        "model's 4k variant (rope_scaling null)",
-        source, key, s.rope_type);
+    // Phi-3 128k / Phi-3.5 (Phi3Config renames "su" to "longrope"). original_max_position_
+    // embeddings may sit at the config's top level instead (parse_model_config fills it in).
+    s.rope_type = "longrope";
+    const auto factors = [&](std::string_view name) {
+      const json& v = need(name);
+      const std::string what = fmt::format("{}.{}", key, name);
+      if (!v.is_array() || v.empty())
+        fail<ConfigError>("{}: field '{}' must be a non-empty list of numbers", source, what);
+      std::vector<double> out;
+      for (const json& e : v) {
+        out.push_back(as_double(e, source, what));
+        if (!(out.back() > 0))
+          fail<ConfigError>("{}: field '{}' holds {}, not a positive number", source, what,
+                            out.back());
+      }
+      return out;
+    };
+    s.short_factor = factors("short_factor");
+    s.long_factor = factors("long_factor");
+    if (const json* f = field(r, "factor"); f != nullptr && !f->is_null()) {
+      s.factor = as_double(*f, source, "rope_scaling.factor");
+      s.factor_given = true;
+    }
+    if (const json* a = field(r, "attention_factor"); a != nullptr && !a->is_null())
+      s.attention_factor = as_double(*a, source, "rope_scaling.attention_factor");
+    if (const json* o = field(r, "original_max_position_embeddings"))
+      s.original_max_position_embeddings =
+          as_int(*o, source, "rope_scaling.original_max_position_embeddings");
   } else {
     fail<NotSupported>(
         "{}: field '{}.rope_type' is '{}', which kvq does not run (supported: default, linear, "
-        "llama3)",
+        "llama3, longrope)",
         source, key, s.rope_type);
   }
   if (!(s.factor > 0)) {
@@ -268,6 +288,28 @@ ModelConfig parse_model_config(const json& j, std::string_view source) {
   }
   if (!(c.rope_theta > 0)) {
     fail<ConfigError>("{}: field 'rope_theta' must be positive, got {}", source, c.rope_theta);
+  }
+  if (c.rope_local_scaling.rope_type == "longrope")
+    fail<NotSupported>("{}: longrope on the sliding layers' RoPE is not supported", source);
+  if (c.rope_scaling.rope_type == "longrope") {
+    RopeScaling& rs = c.rope_scaling;
+    if (rs.original_max_position_embeddings == 0)
+      rs.original_max_position_embeddings =
+          optional_int(j, source, "original_max_position_embeddings").value_or(0);
+    if (rs.original_max_position_embeddings <= 0)
+      fail<ConfigError>(
+          "{}: longrope needs original_max_position_embeddings (in the rope parameters or at "
+          "the top level)",
+          source);
+    const auto half = static_cast<std::size_t>(c.head_dim / 2);
+    if (rs.short_factor.size() != half || rs.long_factor.size() != half)
+      fail<ConfigError>(
+          "{}: longrope short_factor / long_factor have {} / {} entries, head_dim / 2 is {}",
+          source, rs.short_factor.size(), rs.long_factor.size(), half);
+    // transformers: factor defaults to max_position_embeddings / original (Phi-3's convention).
+    if (!rs.factor_given)
+      rs.factor = static_cast<double>(c.max_position_embeddings) /
+                  static_cast<double>(rs.original_max_position_embeddings);
   }
   if (c.rope_local_theta < 0) {
     fail<ConfigError>("{}: the sliding layers' rope_theta must be positive, got {}", source,

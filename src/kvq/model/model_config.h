@@ -14,11 +14,18 @@
 namespace kvq::model {
 
 struct RopeScaling {
-  std::string rope_type = "default";  // "default", "linear", "llama3"
+  std::string rope_type = "default";  // "default", "linear", "llama3", "longrope"
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   std::int64_t original_max_position_embeddings = 0;
+  // longrope (Phi-3 128k, Phi-3.5; "su" is read as "longrope"): per-frequency divisors
+  // [head_dim / 2] for forwards that reach at most original_max_position_embeddings positions
+  // (short) and beyond (long), and cos / sin's multiplier (attention_factor; unset = transformers'
+  // default from factor, which defaults to max_position_embeddings / original).
+  std::vector<double> short_factor, long_factor;
+  std::optional<double> attention_factor;
+  bool factor_given = false;
 };
 
 struct ModelConfig {

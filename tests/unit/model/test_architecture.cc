@@ -13,6 +13,7 @@
 
 #include "kvq/core/error.h"
 #include "kvq/model/architecture.h"
+#include "kvq/model/rope.h"
 #include "tiny_model.h"
 
 namespace kvq::model {
@@ -495,8 +496,8 @@ TEST(Architecture, Phi3BadFusedShapesAreRefusedNamingTheTensor) {
 }
 
 // What Phi-3 variants need beyond the row is refused by name: RoPE on part of each head (Phi-4-
-// mini's partial_rotary_factor 0.75) and LongRoPE (the 128k models and Phi-3.5).
-TEST(Architecture, Phi3PartialRotaryAndLongRopeAreRefusedByName) {
+// mini's partial_rotary_factor 0.75). LongRoPE parses (its forward: the phi3_longrope tiny model).
+TEST(Architecture, Phi3PartialRotaryIsRefusedByNameAndLongRopeParses) {
   model::ModelConfig c = phi3_config();
   EXPECT_NO_THROW(check_forward_support(find_architecture(c, "m"), c, "m"));
   c.partial_rotary_factor = 0.75;
@@ -522,23 +523,33 @@ TEST(Architecture, Phi3PartialRotaryAndLongRopeAreRefusedByName) {
   EXPECT_EQ(parse_model_config(j, "cfg").partial_rotary_factor, 1.0);  // rope_parameters win
   j.erase("rope_parameters");
   j.erase("partial_rotary_factor");
+  // LongRoPE (the 128k models and Phi-3.5) runs since 2026-12-06: "su" is its old name; the
+  // factor defaults to max_position_embeddings / original_max_position_embeddings (top level),
+  // the attention factor to sqrt(1 + ln(factor) / ln(original)).
+  j["max_position_embeddings"] = 131072;
+  j["original_max_position_embeddings"] = 4096;
   for (const char* type : {"longrope", "su"}) {
     j["rope_scaling"] = {{"type", type},
                          {"short_factor", std::vector<double>(8, 1.0)},
-                         {"long_factor", std::vector<double>(8, 2.0)}};
-    try {
-      parse_model_config(j, "phi-3-128k/config.json");
-      ADD_FAILURE() << "accepted " << type;
-    } catch (const NotSupported& e) {
-      EXPECT_NE(std::string(e.what()).find(fmt::format(
-                    "phi-3-128k/config.json: field 'rope_scaling.rope_type' is '{}', which kvq "
-                    "does not run",
-                    type)),
-                std::string::npos)
-          << e.what();
-      EXPECT_NE(std::string(e.what()).find("short_factor or long_factor"), std::string::npos);
-    }
+                         {"long_factor", {1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0}}};
+    const model::ModelConfig lc = parse_model_config(j, "phi-3-128k/config.json");
+    EXPECT_EQ(lc.rope_scaling.rope_type, "longrope");
+    EXPECT_EQ(lc.rope_scaling.original_max_position_embeddings, 4096);
+    EXPECT_EQ(lc.rope_scaling.factor, 32.0);
+    EXPECT_FLOAT_EQ(rope_attention_scaling(lc),
+                    static_cast<float>(std::sqrt(1 + std::log(32.0) / std::log(4096.0))));
+    const std::vector<float> short_f = rope_inv_freq(lc), long_f = rope_inv_freq_long(lc);
+    ASSERT_EQ(long_f.size(), 8u);        // head_dim 64 / 4 heads = 16
+    for (std::size_t i = 0; i < 8; ++i)  // long = short / long_factor (up to fp32 rounding)
+      EXPECT_NEAR(long_f[i], short_f[i] / std::pow(2.0, static_cast<double>(i)), 1e-6 * short_f[i]);
   }
+  j["rope_scaling"]["long_factor"] = {1.0, 2.0};
+  EXPECT_THROW((void)parse_model_config(j, "cfg"), ConfigError);  // head_dim / 2 entries
+  j["rope_scaling"]["long_factor"] = std::vector<double>{1.0, 2.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+  EXPECT_THROW((void)parse_model_config(j, "cfg"), ConfigError);  // positive
+  j["rope_scaling"]["long_factor"] = std::vector<double>(8, 2.0);
+  j.erase("original_max_position_embeddings");
+  EXPECT_THROW((void)parse_model_config(j, "cfg"), ConfigError);
 }
 
 // Phi-3-mini-4k-instruct's config.json (as on the Hub, auto_map left out) runs as the phi3 row: a
