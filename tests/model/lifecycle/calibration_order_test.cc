@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kv_scale_golden.h"
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/lifecycle/dataset.h"
@@ -60,21 +61,7 @@ TEST_P(CalibrationOrder, SamplesAndScalesMatchLlmCompressor) {
       *m, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" /
                              golden()["recipe"].get<std::string>()));
   (void)calibrate(*lc, samples, {.show_progress = false});
-  const nlohmann::json& layers = run["layers"];
-  ASSERT_EQ(layers.size(), lc->states().size());
-  double worst = 0;
-  for (std::size_t l = 0; l < layers.size(); ++l)
-    for (char b : {'k', 'v'}) {
-      const auto want = layers[l][std::string(1, b) + "_scale"].get<std::vector<float>>();
-      const auto& got = lc->states()[l]->param(b)->scale;
-      ASSERT_EQ(got.size(), want.size());
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        const double rel = std::fabs(got[i] - want[i]) / want[i];
-        worst = std::max(worst, rel);
-        EXPECT_LT(rel, 1e-4) << "layer " << l << " " << b << "_scale[" << i << "]";
-      }
-    }
-  std::printf("%s: max relative scale difference %.3g\n", GetParam().c_str(), worst);
+  (void)test::compare_kv_scales(run["layers"], *lc, 1e-4, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Lc, CalibrationOrder, ::testing::Values("shuffled", "longest_first"));

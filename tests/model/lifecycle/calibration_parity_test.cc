@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kv_scale_golden.h"
 #include "kvq/core/dtype.h"
 #include "kvq/core/error.h"
 #include "kvq/io/safetensors.h"
@@ -190,30 +191,10 @@ TEST(CalibrationParity, Bf16CheckpointScales) {
       *m, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" /
                              "kv_fp8_head_static_minmax.yaml"));
   (void)calibrate(*lc, golden_samples(golden()), {.show_progress = false});
-  for (const auto& [run, bound] : std::vector<std::pair<std::string, double>>{
-           {"fp32_on_bf16_weights", 1e-4}, {"bf16", 0.05}}) {
-    const nlohmann::json& layers = bf16_golden["runs"][run]["layers"];
-    ASSERT_EQ(layers.size(), lc->states().size());
-    double worst = 0, sum = 0;
-    std::int64_t count = 0;
-    for (std::size_t l = 0; l < layers.size(); ++l)
-      for (char b : {'k', 'v'}) {
-        const auto want = layers[l][std::string(1, b) + "_scale"].get<std::vector<float>>();
-        const auto& got = lc->states()[l]->param(b)->scale;
-        ASSERT_EQ(got.size(), want.size());
-        for (std::size_t i = 0; i < want.size(); ++i) {
-          const double rel = std::fabs(got[i] - want[i]) / want[i];
-          worst = std::max(worst, rel);
-          sum += rel;
-          ++count;
-          EXPECT_LT(rel, bound) << run << " layer " << l << " " << b << "_scale[" << i << "]";
-        }
-      }
-    std::printf(
-        "bf16 checkpoint vs llm-compressor loading it as %s: max relative scale "
-        "difference %.3g, mean %.3g\n",
-        run.c_str(), worst, sum / static_cast<double>(count));
-  }
+  for (const auto& [run, bound] :
+       std::vector<std::pair<std::string, double>>{{"fp32_on_bf16_weights", 1e-4}, {"bf16", 0.05}})
+    (void)test::compare_kv_scales(bf16_golden["runs"][run]["layers"], *lc, bound,
+                                  "bf16 checkpoint vs llm-compressor loading it as " + run);
 }
 
 }  // namespace
