@@ -21,6 +21,7 @@
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
+#include "synthetic_samples.h"
 
 namespace kvq::lifecycle {
 namespace {
@@ -39,14 +40,7 @@ TEST(WeightQuantCheckpoint, OneshotAddsKvScalesAndKeepsTheQuantizedWeights) {
   auto lc = apply_quantization_config(
       *m, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" /
                              "kv_fp8_head_static_minmax.yaml"));
-  std::vector<CalibrationSample> samples;
-  for (int i = 0; i < 4; ++i) {
-    CalibrationSample c;
-    c.index = i;
-    for (int t = 0; t < 24 + i; ++t) c.tokens.push_back((t * 29 + i * 13 + 2) % 256);
-    samples.push_back(c);
-  }
-  calibrate(*lc, samples, {.show_progress = false});
+  calibrate(*lc, test_samples::interop_samples(), {.show_progress = false});
   test::TempDir tmp;
   std::filesystem::path out = tmp / "ckpt";
   const char* interop_dir = std::getenv("KVQ_WQ_INTEROP_SAVE_DIR");
