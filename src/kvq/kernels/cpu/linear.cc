@@ -334,11 +334,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void widen_bf16_avx512(
   }
 }
 
-// Rows of bf16 weights widened per sgemm call in the prefill path: 256 K floats (1 MiB, about
-// the L2 of the development machine), at least 16 rows. The sgemm of each block is a full
-// m × rows × k product, so blocking costs only the re-packing of x per block (1/rows of the
-// arithmetic) and keeps the scratch small whatever n is (49152 rows of lm_head).
-constexpr std::int64_t kWidenBlockFloats = std::int64_t{1} << 18;
+// Rows of bf16 weights widened per sgemm call in the prefill path: 4 M floats (16 MiB of
+// scratch), at least 16 rows. Each block's sgemm re-packs x, which costs about as much as the
+// block's arithmetic when the block is thin: at 1 MiB (64 rows of an 8B model's k = 4096)
+// calibrating a Llama-3.2-3B-shaped model ran at 21 tok/s, at 16 MiB (1,024 rows) at 30 (a
+// 1B shape: 69 -> 86 tok/s; 2 threads, bench/make_llama_shape.py, 2026-12-06). The scratch
+// stays bounded whatever n is (128,256 rows of a Llama 3 lm_head).
+constexpr std::int64_t kWidenBlockFloats = std::int64_t{1} << 22;
 
 }  // namespace
 
