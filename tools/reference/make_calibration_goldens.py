@@ -99,6 +99,25 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def gsm8k_token_ids(tok, path: str, max_len: int) -> list[list[int]]:
+    """Every GSM8K row of `path` as llm-compressor's kv-cache example feeds it: the chat template
+    over [user: question, assistant: answer] as text, then tokenized without special tokens and
+    truncated to max_len."""
+    ids = []
+    for line in open(path):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": r["question"]},
+             {"role": "assistant", "content": r["answer"]}],
+            tokenize=False,
+        )
+        ids.append(tok(text, padding=False, max_length=max_len, truncation=True,
+                       add_special_tokens=False)["input_ids"])
+    return ids
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-dir", default="/root/.cache/kvq/SmolLM2-135M-Instruct")
@@ -116,17 +135,7 @@ def main() -> None:
 
     model_path = ensure_model(Path(args.model_dir), Path(args.gguf), Path(args.tmp_model))
     tok = AutoTokenizer.from_pretrained(str(model_path))
-    rows = [json.loads(l) for l in open(args.gsm8k) if l.strip()][:NUM_SAMPLES]
-    ids = []
-    for r in rows:
-        text = tok.apply_chat_template(
-            [{"role": "user", "content": r["question"]},
-             {"role": "assistant", "content": r["answer"]}],
-            tokenize=False,
-        )
-        enc = tok(text, padding=False, max_length=MAX_LEN, truncation=True,
-                  add_special_tokens=False)
-        ids.append(enc["input_ids"])
+    ids = gsm8k_token_ids(tok, args.gsm8k, MAX_LEN)[:NUM_SAMPLES]
     ds = Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]})
 
     golden = {

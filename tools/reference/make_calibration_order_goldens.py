@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_calibration_goldens import ensure_model, write_atomic  # noqa: E402
+from make_calibration_goldens import ensure_model, gsm8k_token_ids, write_atomic  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests" / "data" / "lifecycle" / "calibration_order_goldens.json"
@@ -65,16 +65,7 @@ def main() -> None:
 
     model_path = ensure_model(Path(args.model_dir), Path(args.gguf), Path(args.tmp_model))
     tok = AutoTokenizer.from_pretrained(str(model_path))
-    rows = [json.loads(l) for l in open(args.gsm8k) if l.strip()]
-    ids = []
-    for r in rows:
-        text = tok.apply_chat_template(
-            [{"role": "user", "content": r["question"]},
-             {"role": "assistant", "content": r["answer"]}],
-            tokenize=False,
-        )
-        ids.append(tok(text, padding=False, max_length=MAX_LEN, truncation=True,
-                       add_special_tokens=False)["input_ids"])
+    ids = gsm8k_token_ids(tok, args.gsm8k, MAX_LEN)
     ds = Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]})
     lengths = [len(x) for x in ids]
 

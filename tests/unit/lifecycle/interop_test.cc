@@ -10,11 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "interop_support.h"
 #include "kvq/lifecycle/calibrate.h"
 #include "kvq/lifecycle/checkpoint.h"
 #include "kvq/quant/recipe.h"
 #include "support/test_paths.h"
-#include "synthetic_samples.h"
 
 namespace kvq::lifecycle {
 namespace {
@@ -25,7 +25,7 @@ TEST(Interop, TransformersLoadsKvqCheckpoint) {
   auto lc = apply_quantization_config(
       *m, quant::load_recipe(test::test_data_dir() / "lifecycle" / "recipes" /
                              "attn_fp8_head_static_minmax.yaml"));
-  calibrate(*lc, test_samples::interop_samples(), {.show_progress = false});
+  calibrate(*lc, interop::interop_samples(), {.show_progress = false});
   test::TempDir tmp;
   std::filesystem::path out = tmp / "ckpt";
   if (const char* dir = std::getenv("KVQ_INTEROP_SAVE_DIR")) out = dir;  // reference generation
@@ -39,15 +39,10 @@ TEST(Interop, TransformersLoadsKvqCheckpoint) {
   auto qm = QuantizedModel::load(out);
   const auto prompt = rec["prompt"].get<std::vector<std::int32_t>>();
   const Tensor got = qm.model->forward(prompt, model::LogitsMode::kAll);
-  const auto want = rec["logits"].get<std::vector<std::vector<float>>>();
-  ASSERT_EQ(static_cast<std::int64_t>(want.size() * want[0].size()), got.numel());
   // Tolerance: fp32 on both sides, different summation orders (~1e-6); a state landing on an
   // E4M3 rounding midpoint could round differently and move a logit by ~1e-3 — the tiny model's
   // logits are O(1), so 5e-3 absolute catches any real mismatch (wrong scale, missing q quant).
-  double worst = 0;
-  for (std::size_t t = 0; t < want.size(); ++t)
-    for (std::size_t v = 0; v < want[t].size(); ++v)
-      worst = std::max(worst, double(std::fabs(got.f32()[t * want[t].size() + v] - want[t][v])));
+  const double worst = interop::max_abs_logit_diff(got, rec["logits"]);
   std::printf("max |logit diff| kvq vs transformers: %.3g\n", worst);
   EXPECT_LT(worst, 5e-3);
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "interop_support.h"
 #include "kvq/io/json_file.h"
 #include "kvq/io/safetensors.h"
 #include "kvq/lifecycle/checkpoint.h"
@@ -52,12 +53,7 @@ TEST(LcInterop, KvqLoadsLlmCompressorCheckpoint) {
   // different summation orders (~1e-6 on these O(1) logits).
   const auto prompt = rec["prompt"].get<std::vector<std::int32_t>>();
   const Tensor got = qm.model->forward(prompt, model::LogitsMode::kAll);
-  const auto want = rec["logits"].get<std::vector<std::vector<float>>>();
-  ASSERT_EQ(static_cast<std::int64_t>(want.size() * want[0].size()), got.numel());
-  double worst = 0;
-  for (std::size_t t = 0; t < want.size(); ++t)
-    for (std::size_t v = 0; v < want[t].size(); ++v)
-      worst = std::max(worst, double(std::fabs(got.f32()[t * want[t].size() + v] - want[t][v])));
+  const double worst = interop::max_abs_logit_diff(got, rec["logits"]);
   std::printf("max |logit diff| kvq vs transformers (llm-compressor checkpoint): %.3g\n", worst);
   EXPECT_LT(worst, 1e-3);
   // The comparison can see the quantization: the fake quantization moves the reference logits
