@@ -248,7 +248,6 @@ void CausalLM::build(const model::ModelConfig& config,
   const ForwardSpec& f = arch_->forward;
   inv_freq_ = rope_inv_freq(config);
   inv_freq_long_ = rope_inv_freq_long(config);
-  rope_original_ = config.rope_scaling.original_max_position_embeddings;
   rope_scaling_ = rope_attention_scaling(config);
   const bool local_rope = f.local_rope && config.rope_local_theta > 0;
   if (local_rope) {
@@ -510,7 +509,9 @@ CausalLM::Pass::Pass(CausalLM& model, std::span<const std::int32_t> tokens, std:
   // One table per cache (positions [past, past + S)) and per RoPE (the sliding layers' own).
   for (KvCache* cache : caches) {
     // longrope: per sequence, as transformers runs each one alone (seq_len = its last position).
-    const bool long_rope = !m.inv_freq_long_.empty() && cache->length() + S > m.rope_original_;
+    const bool long_rope =
+        !m.inv_freq_long_.empty() &&
+        cache->length() + S > m.config_.rope_scaling.original_max_position_embeddings;
     ropes.push_back(rope_table(long_rope ? m.inv_freq_long_ : m.inv_freq_, cache->length(), S,
                                m.rope_scaling_));
     if (!m.inv_freq_local_.empty()) {

@@ -184,10 +184,10 @@ class CausalLM {
   DType weight_dtype_ = DType::kF32;
   std::vector<float> inv_freq_;
   std::vector<float> inv_freq_local_;  // the sliding layers' RoPE (Gemma 3), or empty
-  // longrope: the inv_freq of forwards reaching beyond rope_original_ positions (transformers
-  // picks short or long factors at every forward from its largest position), else empty.
+  // longrope: the inv_freq of forwards reaching beyond original_max_position_embeddings
+  // (transformers picks short or long factors at every forward from its largest position), else
+  // empty.
   std::vector<float> inv_freq_long_;
-  std::int64_t rope_original_ = 0;
   float rope_scaling_ = 1.0f;   // cos / sin × this (longrope's attention factor)
   float embed_scale_ = 1.0f;    // embeddings × this (Gemma: sqrt(hidden) in the table's dtype)
   float attn_scale_ = 1.0f;     // attention scores × this

@@ -167,7 +167,7 @@ TEST(CalibrationDataset, GsmRenderingMatchesReferenceTokens) {
 // make_bf16_calibration_goldens.py): loaded as fp32 there (fp32 arithmetic on the same bf16
 // weights) the scales agree within 1e-4 as above; loaded as bf16 (torch computing every
 // activation in bf16, what a user of a bf16 model gets from it) they differ by the bf16 rounding
-// of the observed k/v — measured and bounded here, not hidden.
+// of the observed k/v (measured: max 1.8 %, mean 0.35 %) — bounded here at 2.5 %, not hidden.
 TEST(CalibrationParity, Bf16CheckpointScales) {
   KVQ_REQUIRE_DEFAULT_MODEL();
   std::ifstream in(test::test_data_dir() / "lifecycle" / "calibration_bf16_goldens.json");
@@ -192,7 +192,7 @@ TEST(CalibrationParity, Bf16CheckpointScales) {
                              "kv_fp8_head_static_minmax.yaml"));
   (void)calibrate(*lc, golden_samples(golden()), {.show_progress = false});
   for (const auto& [run, bound] :
-       std::vector<std::pair<std::string, double>>{{"fp32_on_bf16_weights", 1e-4}, {"bf16", 0.05}})
+       std::vector<std::pair<std::string, double>>{{"fp32_on_bf16_weights", 1e-4}, {"bf16", 0.025}})
     (void)test::compare_kv_scales(bf16_golden["runs"][run]["layers"], *lc, bound,
                                   "bf16 checkpoint vs llm-compressor loading it as " + run);
 }
