@@ -154,24 +154,38 @@ pyb::list named_modules(const ModelPtr& model) {
   return out;
 }
 
-// A packed K or V buffer of `cache` as a read-only uint8 view [batch, kv_heads, length,
-// row_bytes] that keeps the cache alive.
-pyb::array packed_view(pyb::object self, const model::KvBuffer& buf, const model::KvCache& c) {
-  const kernels::KvRowsView first = buf.rows(0, 0);
-  const pyb::ssize_t rb = buf.row_bytes();
-  pyb::array a(
-      pyb::dtype::of<std::uint8_t>(),
-      std::vector<pyb::ssize_t>{c.batch(), c.kv_heads(), c.length(), rb},
-      std::vector<pyb::ssize_t>{c.kv_heads() * c.capacity() * rb, c.capacity() * rb, rb, 1},
-      first.data, self);
+// A packed K or V buffer of `cache`, positions [first, length) with first =
+// c.first_position(layer) (0 unless a sliding-window layer's ring has wrapped): a read-only uint8
+// view [batch, kv_heads, length - first, row_bytes] that keeps the cache alive, or, where a
+// ring's rows are not in position order, a read-only copy in position order.
+pyb::array packed_view(pyb::object self, const model::KvCache& c, std::int64_t layer, bool keys) {
+  const model::KvBuffer& buf = keys ? c.keys(layer) : c.values(layer);
+  const std::int64_t first = c.first_position(layer), n = c.length() - first;
+  const pyb::ssize_t rb = buf.row_bytes(), rows = buf.rows();
+  const std::vector<pyb::ssize_t> shape{c.batch(), c.kv_heads(), n, rb};
+  pyb::array a;
+  if (!buf.ring() || buf.rows(0, 0).run(first, n) == n) {
+    a = pyb::array(pyb::dtype::of<std::uint8_t>(), shape,
+                   std::vector<pyb::ssize_t>{c.kv_heads() * rows * rb, rows * rb, rb, 1},
+                   buf.rows(0, 0).row(first), self);
+  } else {
+    a = pyb::array(pyb::dtype::of<std::uint8_t>(), shape);
+    auto* out = static_cast<std::uint8_t*>(a.mutable_data());
+    for (std::int64_t b = 0; b < c.batch(); ++b) {
+      for (std::int64_t h = 0; h < c.kv_heads(); ++h) {
+        const kernels::KvRowsView v = buf.rows(b, h);
+        for (std::int64_t t = 0; t < n; ++t, out += rb) std::memcpy(out, v.row(first + t), rb);
+      }
+    }
+  }
   a.attr("setflags")(pyb::arg("write") = false);
   return a;
 }
 
-pyb::array_t<float> decoded(const model::KvBuffer& buf, const model::KvCache& c) {
-  const std::vector<float> v = buf.read(c.length());
-  pyb::array_t<float> a(
-      std::vector<pyb::ssize_t>{c.batch(), c.kv_heads(), c.length(), c.head_dim()});
+pyb::array_t<float> decoded(const model::KvCache& c, std::int64_t layer, bool keys) {
+  const std::int64_t first = c.first_position(layer), n = c.length() - first;
+  const std::vector<float> v = (keys ? c.keys(layer) : c.values(layer)).read(first, n);
+  pyb::array_t<float> a(std::vector<pyb::ssize_t>{c.batch(), c.kv_heads(), n, c.head_dim()});
   std::copy(v.begin(), v.end(), a.mutable_data());
   return a;
 }
@@ -291,18 +305,23 @@ void bind_model(pyb::module_& m) {
       .def_property_readonly("bytes_per_token",
                              [](const PyCache& c) { return c.cache->bytes_per_token(); })
       .def(
+          "first_position",
+          [](const PyCache& c, std::int64_t layer) { return c.cache->first_position(layer); },
+          pyb::arg("layer"),
+          "The first position the layer still holds: 0, or in a sliding-window layer whose "
+          "ring has wrapped, length - its ring's rows.")
+      .def(
           "keys",
           [](pyb::object self, std::int64_t layer) {
-            const auto& c = *self.cast<PyCache&>().cache;
-            return packed_view(self, c.keys(layer), c);
+            return packed_view(self, *self.cast<PyCache&>().cache, layer, true);
           },
           pyb::arg("layer"),
-          "Layer's packed K rows: read-only uint8 view [batch, kv_heads, length, row_bytes].")
+          "Layer's packed K rows of positions [first_position(layer), length): read-only uint8 "
+          "[batch, kv_heads, positions, row_bytes] (a view, or a copy where a ring wrapped).")
       .def(
           "values",
           [](pyb::object self, std::int64_t layer) {
-            const auto& c = *self.cast<PyCache&>().cache;
-            return packed_view(self, c.values(layer), c);
+            return packed_view(self, *self.cast<PyCache&>().cache, layer, false);
           },
           pyb::arg("layer"), "Layer's packed V rows (as keys()).")
       .def(
@@ -319,15 +338,13 @@ void bind_model(pyb::module_& m) {
           pyb::arg("layer"))
       .def(
           "read_keys",
-          [](const PyCache& c, std::int64_t layer) {
-            return decoded(c.cache->keys(layer), *c.cache);
-          },
-          pyb::arg("layer"), "Decoded K: float32 [batch, kv_heads, length, head_dim] (a copy).")
+          [](const PyCache& c, std::int64_t layer) { return decoded(*c.cache, layer, true); },
+          pyb::arg("layer"),
+          "Decoded K of positions [first_position(layer), length): float32 [batch, kv_heads, "
+          "positions, head_dim] (a copy).")
       .def(
           "read_values",
-          [](const PyCache& c, std::int64_t layer) {
-            return decoded(c.cache->values(layer), *c.cache);
-          },
+          [](const PyCache& c, std::int64_t layer) { return decoded(*c.cache, layer, false); },
           pyb::arg("layer"))
       .def(
           "reset", [](PyCache& c) { c.cache->reset(); }, "Forgets every token.");

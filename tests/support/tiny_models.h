@@ -26,6 +26,13 @@ inline const std::vector<std::string>& tiny_variants() {
   return v;
 }
 
+// The rows above with sliding-window layers (the ring-buffer tests run on these;
+// SlidingWindowRing.ListNamesEveryWindowedRow keeps the list complete).
+inline const std::vector<std::string>& tiny_windowed_variants() {
+  static const std::vector<std::string> v = {"qwen2", "mistral", "gemma3", "phi3"};
+  return v;
+}
+
 inline std::filesystem::path tiny_variant_dir(const std::string& variant) {
   const std::filesystem::path llama = test_data_dir() / "tiny_llama" / variant;
   return std::filesystem::exists(llama) ? llama : test_data_dir() / "tiny_arch" / variant;

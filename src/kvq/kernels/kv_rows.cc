@@ -14,7 +14,7 @@ void load_kv_rows(const KvRowsView& view, std::int64_t t0, std::int64_t n, float
     n -= ns;
     out += ns * d;
   }
-  if (const float* src = view.f32_rows(t0)) {
+  if (const float* src = view.f32_rows(t0, n)) {
     std::memcpy(out, src, static_cast<std::size_t>(n * d) * sizeof(float));
     return;
   }

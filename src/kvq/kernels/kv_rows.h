@@ -9,6 +9,10 @@
 // dequantized copy of the whole cache. Both see exactly the dequantized values below, so a
 // packed cache computes what an fp32 cache holding those values (fake quantization) computes.
 //
+// Sliding-window layers keep a RING of rows (KvCacheConfig::window_chunk): position t is stored in
+// row t % ring_rows, so rows [t0, t0 + n) are contiguous only up to the ring's end; kernels take
+// them in runs (run()), which changes no result (scores are per row, P·V adds rows in order).
+//
 // Decoded value of element i of row t:
 //   f32/bf16/f16/fp8/int8/int4:  (code_i - zero_point) * scale
 //   nvfp4:                       e2m1_i * (block_scale_i / global_scale)
@@ -28,7 +32,7 @@ using quant::KvFormat;
 
 struct KvRowsView {
   KvFormat format = KvFormat::kF32;
-  const std::byte* data = nullptr;  // row t starts at data + t * row_bytes; [capacity, row_bytes]
+  const std::byte* data = nullptr;  // [capacity or ring_rows, row_bytes]; row(t) is position t's
   std::int64_t row_bytes = 0;       // kv_row_bytes(format, head_dim)
   std::int64_t head_dim = 0;
   float scale = 1.0f;         // stream dequant scale (ignored by nvfp4)
@@ -38,6 +42,8 @@ struct KvRowsView {
   // quantized to int8 and the products run on integer instructions (cpu/int8_query.h). Prefill
   // and V stay exact.
   bool int8_query_scores = false;
+  // > 0: a ring of this many rows (position t in row t % ring_rows); 0: row t is position t.
+  std::int64_t ring_rows = 0;
   // Rows [0, sink_rows) are bf16 rows of kv_row_bytes(kBF16, head_dim) bytes at sink_data.
   const std::byte* sink_data = nullptr;
   std::int64_t sink_rows = 0;
@@ -58,12 +64,24 @@ struct KvRowsView {
 
   // The stream's dequantization, for dot_rows / axpy_rows.
   quant::RowCodec codec() const { return {format, head_dim, scale, zero_point, global_scale}; }
-  const std::byte* row(std::int64_t t) const { return data + t * row_bytes; }
+  // Position t's row (a sink position's is unused: see sinks()).
+  const std::byte* row(std::int64_t t) const {
+    return data + (ring_rows > 0 ? t % ring_rows : t) * row_bytes;
+  }
+  // How many of positions [t0, t0 + n) lie in consecutive rows from row(t0) (n unless the ring
+  // wraps inside them).
+  std::int64_t run(std::int64_t t0, std::int64_t n) const {
+    if (ring_rows == 0) return n;
+    const std::int64_t to_end = ring_rows - t0 % ring_rows;
+    return n < to_end ? n : to_end;
+  }
 
-  // Rows [t0, t0 + n) as fp32 pointer when the storage is fp32 with unit scale, else nullptr.
-  const float* f32_rows(std::int64_t t0) const {
-    if (format != KvFormat::kF32 || scale != 1.0f || sink_rows > 0) return nullptr;
-    return reinterpret_cast<const float*>(data + t0 * row_bytes);
+  // Positions [t0, t0 + n) as fp32 pointer when the storage is fp32 with unit scale and they are
+  // consecutive rows, else nullptr.
+  const float* f32_rows(std::int64_t t0, std::int64_t n) const {
+    if (format != KvFormat::kF32 || scale != 1.0f || sink_rows > 0 || run(t0, n) < n)
+      return nullptr;
+    return reinterpret_cast<const float*>(row(t0));
   }
 };
 

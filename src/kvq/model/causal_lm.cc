@@ -402,10 +402,22 @@ std::vector<AttentionModule*> CausalLM::attention_modules() {
   return out;
 }
 
+std::vector<std::int64_t> CausalLM::attention_windows() const {
+  std::vector<std::int64_t> windows;
+  for (const Layer& L : layers_) windows.push_back(L.window);
+  return windows;
+}
+
 KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity,
                              const KvCacheConfig& config) const {
   return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
-                 capacity, config);
+                 capacity, config, attention_windows());
+}
+
+std::int64_t CausalLM::cache_bytes(std::int64_t batch, std::int64_t capacity,
+                                   const KvCacheConfig& config) const {
+  return KvCache::allocated_bytes(config_.num_hidden_layers, batch, config_.num_key_value_heads,
+                                  config_.head_dim, capacity, config, attention_windows());
 }
 
 KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const {
@@ -449,6 +461,7 @@ struct CausalLM::Pass {
   std::vector<float> o;                       // [batch * S, hidden]
   std::vector<float> gate, up;                // [batch * S, intermediate]
   std::vector<float> quantized_input;         // [batch * S, in] a Linear's quantized input
+  std::vector<float> q_chunk;                 // [heads, chunk, head_dim] (a ring's chunks)
   std::vector<kernels::KvRowsView> kviews, vviews;
 };
 
@@ -473,6 +486,15 @@ CausalLM::Pass::Pass(CausalLM& model, std::span<const std::int32_t> tokens, std:
           "forward: KV cache (batch {}, layers {}, kv_heads {}, head_dim {}) does not fit the "
           "model and batch {}",
           cache.batch(), cache.layers(), cache.kv_heads(), cache.head_dim(), want_batch);
+    }
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::int64_t w = cache.window(l), model_w = model.layers_[n(l)].window;
+      if (w != 0 && w != model_w) {
+        fail<InvalidArgument>(
+            "forward: the KV cache was sized for a sliding window of {} tokens in layer {}, but "
+            "the model's layer {} attends to {}",
+            w, l, l, model_w == 0 ? std::string("every position") : std::to_string(model_w));
+      }
     }
     if (cache.length() + S > cache.capacity()) {
       fail<InvalidArgument>("forward: {} cached + {} new tokens exceed the KV cache capacity {}",
@@ -585,32 +607,62 @@ void CausalLM::Pass::layer(std::int64_t l) {
   to_heads(kp, k, Hkv, rope);
   to_heads(vp, v, Hkv, nullptr);
 
+  // A sliding-window layer whose cache is a ring takes the new tokens a chunk at a time: each
+  // chunk is written, then attended to, before the next one may overwrite rows (kv_cache.h).
+  std::int64_t step = S;
+  for (const KvCache* cache : caches) {
+    if (cache->keys(l).ring()) step = std::min(step, cache->config().window_chunk);
+  }
+  // Writes tokens [first, first + count) of sequence group i into its cache.
+  const auto write = [&](std::size_t i, std::int64_t first, std::int64_t count) {
+    const std::int64_t b0 = static_cast<std::int64_t>(i), past = caches[i]->length();
+    caches[i]->keys(l).write(past, S, k.data() + b0 * Hkv * S * d, first, count);
+    caches[i]->values(l).write(past, S, v.data() + b0 * Hkv * S * d, first, count);
+  };
   // Hooks and cache writes per cache: each sees its sequences at its own positions.
   for (std::size_t i = 0; i < caches.size(); ++i) {
     const std::int64_t nb = shared ? batch : 1, b0 = static_cast<std::int64_t>(i);
     const std::int64_t past = caches[i]->length();
-    float* qb = q.data() + b0 * H * S * d;
-    float* kb = k.data() + b0 * Hkv * S * d;
-    float* vb = v.data() + b0 * Hkv * S * d;
-    StatesView qs{qb, nb, H, S, d, past};
+    StatesView qs{q.data() + b0 * H * S * d, nb, H, S, d, past};
     const bool by_cache = caches[i]->config().stores_calibrated_quantization();
-    StatesView ks{kb, nb, Hkv, S, d, past, by_cache};
-    StatesView vs{vb, nb, Hkv, S, d, past, by_cache};
+    StatesView ks{k.data() + b0 * Hkv * S * d, nb, Hkv, S, d, past, by_cache};
+    StatesView vs{v.data() + b0 * Hkv * S * d, nb, Hkv, S, d, past, by_cache};
     L.attn->run_key_value_hooks(ks, vs);
-    caches[i]->keys(l).write(past, S, kb);
-    caches[i]->values(l).write(past, S, vb);
+    write(i, 0, step);
     L.attn->run_query_hooks(qs);
   }
 
-  for (std::int64_t b = 0; b < batch; ++b) {
-    KvCache& cache = cache_of(b);
-    for (std::int64_t hh = 0; hh < Hkv; ++hh) {
-      kviews[n(hh)] = cache.keys(l).rows(slot_of(b), hh);
-      vviews[n(hh)] = cache.values(l).rows(slot_of(b), hh);
+  for (std::int64_t c0 = 0; c0 < S; c0 += step) {
+    const std::int64_t nc = std::min(step, S - c0);
+    if (c0 > 0) {
+      for (std::size_t i = 0; i < caches.size(); ++i) write(i, c0, nc);
     }
-    const kernels::AttentionParams ap{H, Hkv, d, S, cache.length(), m.attn_scale_, L.window};
-    kernels::attention(ap, q.data() + b * H * S * d, kviews.data(), vviews.data(),
-                       attn_out.data() + b * S * H * d);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      KvCache& cache = cache_of(b);
+      for (std::int64_t hh = 0; hh < Hkv; ++hh) {
+        kviews[n(hh)] = cache.keys(l).rows(slot_of(b), hh);
+        vviews[n(hh)] = cache.values(l).rows(slot_of(b), hh);
+      }
+      const float* qb = q.data() + b * H * S * d;  // [H, S, d]
+      if (nc < S) {                                // the chunk's queries [H, nc, d]
+        q_chunk.resize(n(H * nc * d));
+        for (std::int64_t hh = 0; hh < H; ++hh) {
+          std::memcpy(q_chunk.data() + hh * nc * d, qb + (hh * S + c0) * d,
+                      n(nc * d) * sizeof(float));
+        }
+        qb = q_chunk.data();
+      }
+      const kernels::AttentionParams ap{H,       Hkv, d, nc, cache.length() + c0, m.attn_scale_,
+                                        L.window};
+      float* out = attn_out.data() + (b * S + c0) * H * d;
+      // A chunk of a prefill stays on the prefill kernel (its tiles are the unsplit call's) even
+      // when it holds one token.
+      if (S > 1) {
+        kernels::attention_prefill(ap, qb, kviews.data(), vviews.data(), out);
+      } else {
+        kernels::attention(ap, qb, kviews.data(), vviews.data(), out);
+      }
+    }
   }
   linear(attn_out.data(), L.wo, o.data(), hid, H * d);
   // Pre-norm: x += attn; h = post_attention_layernorm(x). Sandwich (Gemma 3): x +=

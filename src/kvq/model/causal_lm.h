@@ -133,6 +133,12 @@ class CausalLM {
                      const KvCacheConfig& config = {}) const;
   // KvCacheConfig::of(format): f32 / bf16 / f16, or nvfp4 with dynamic global scales.
   KvCache make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const;
+  // The bytes of K / V rows make_cache(batch, capacity, config) would allocate (sliding-window
+  // layers keep rings: kv_cache.h), without allocating them.
+  std::int64_t cache_bytes(std::int64_t batch, std::int64_t capacity,
+                           const KvCacheConfig& config) const;
+  // Per layer the sliding window its attention reads, 0 for a global layer.
+  std::vector<std::int64_t> attention_windows() const;
 
   // One sequence (cache batch must be 1): appends tokens at cache.length(). Logits [S or 1,
   // vocab]. InvalidArgument on an empty input, a bad token id or a full cache.

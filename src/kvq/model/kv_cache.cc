@@ -126,13 +126,15 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
 }  // namespace
 
 KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
-                   std::int64_t capacity, std::int64_t head_dim, std::int64_t sink_rows)
+                   std::int64_t capacity, std::int64_t head_dim, std::int64_t sink_rows,
+                   std::int64_t ring_rows)
     : format_(format),
       batch_(batch),
       kv_heads_(kv_heads),
       capacity_(capacity),
       head_dim_(head_dim),
       row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(format, head_dim))),
+      rows_(ring_rows > 0 && ring_rows < capacity ? ring_rows : capacity),
       sink_rows_(std::min(sink_rows, capacity)),
       sink_row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(KvFormat::kBF16, head_dim))) {
   KVQ_CHECK(sink_rows >= 0, "KV buffer: {} sink rows", sink_rows);
@@ -143,7 +145,7 @@ KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
   const bool global = quant::kv_format_traits(format).global_scale;
   params_.global_scale.assign(heads, global ? kNaN : 1.0f);
   dynamic_.assign(heads, global);
-  const std::int64_t total = batch * kv_heads * capacity * row_bytes_;
+  const std::int64_t total = batch * kv_heads * rows_ * row_bytes_;
   bytes_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(total));
   if (sink_rows_ > 0) {
     sink_bytes_ = std::make_unique<std::byte[]>(
@@ -199,30 +201,17 @@ void KvBuffer::fix_dynamic(std::int64_t n, std::int64_t skip, const float* state
   }
 }
 
-void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states) {
+void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states, std::int64_t first,
+                     std::int64_t count) {
   KVQ_CHECK(pos >= 0 && n >= 0 && pos + n <= capacity_, "KV write [{}, {}) past capacity {}", pos,
             pos + n, capacity_);
-  if (n == 0) return;
+  KVQ_CHECK(first >= 0 && count >= 0 && first + count <= n, "KV write of rows [{}, {}) of {}",
+            first, first + count, n);
+  KVQ_CHECK(count <= rows_, "KV write of {} positions into a ring of {} rows", count, rows_);
+  if (count == 0) return;
   const std::int64_t d = head_dim_;
-  // Rows [0, sinks) of this write are sink positions: bf16, apart, and not seen by fix_dynamic.
-  const std::int64_t sinks = std::clamp<std::int64_t>(sink_rows_ - pos, 0, n);
-  fix_dynamic(n, sinks, states);
-  for (std::int64_t h = 0; h < kv_heads_ && sinks > 0; ++h) {
-    for (std::int64_t b = 0; b < batch_; ++b) {
-      const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
-      std::byte* dst =
-          sink_bytes_.get() + ((b * kv_heads_ + h) * sink_rows_ + pos) * sink_row_bytes_;
-      for (std::int64_t t = 0; t < sinks; ++t) {
-        quant::quantize_row(KvFormat::kBF16, src + t * d, d, 1.0f, 0.0f, 1.0f,
-                            dst + t * sink_row_bytes_);
-      }
-    }
-  }
-  if (sinks == n) return;
-  pos += sinks;
-  n -= sinks;
-  states += sinks * d;  // each stream's remaining rows now start at src + sinks * d (see below)
-  const std::int64_t stride = (n + sinks) * d;  // a stream's rows in `states`
+  // Positions below sink_rows_ are sink rows: bf16, apart, and not seen by fix_dynamic.
+  fix_dynamic(n, std::clamp<std::int64_t>(sink_rows_ - pos, 0, n), states);
   for (std::int64_t h = 0; h < kv_heads_; ++h) {
     const auto hs = static_cast<std::size_t>(h);
     // Still unfixed: this write's codes decode the same under any parameter (see the header).
@@ -230,14 +219,22 @@ void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states) {
     const float zp = params_.zero_point[hs];
     const float gs = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
     for (std::int64_t b = 0; b < batch_; ++b) {
-      const float* src = states + (b * kv_heads_ + h) * stride;  // [n, head_dim]
-      std::byte* dst = bytes_.get() + ((b * kv_heads_ + h) * capacity_ + pos) * row_bytes_;
-      if (format_ == KvFormat::kF32 && scale == 1.0f) {
-        std::memcpy(dst, src, static_cast<std::size_t>(n * d) * sizeof(float));
-        continue;
-      }
-      for (std::int64_t t = 0; t < n; ++t) {
-        quant::quantize_row(format_, src + t * d, d, scale, zp, gs, dst + t * row_bytes_);
+      const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
+      const kernels::KvRowsView view = rows(b, h);
+      for (std::int64_t i = first; i < first + count; ++i) {
+        const std::int64_t t = pos + i;
+        if (t < sink_rows_) {
+          std::byte* dst =
+              sink_bytes_.get() + ((b * kv_heads_ + h) * sink_rows_ + t) * sink_row_bytes_;
+          quant::quantize_row(KvFormat::kBF16, src + i * d, d, 1.0f, 0.0f, 1.0f, dst);
+          continue;
+        }
+        auto* dst = const_cast<std::byte*>(view.row(t));  // this buffer's own bytes
+        if (format_ == KvFormat::kF32 && scale == 1.0f) {
+          std::memcpy(dst, src + i * d, static_cast<std::size_t>(d) * sizeof(float));
+        } else {
+          quant::quantize_row(format_, src + i * d, d, scale, zp, gs, dst);
+        }
       }
     }
   }
@@ -248,7 +245,8 @@ kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
   const auto hs = static_cast<std::size_t>(h);
   kernels::KvRowsView v;
   v.format = format_;
-  v.data = bytes_.get() + (b * kv_heads_ + h) * capacity_ * row_bytes_;
+  v.data = bytes_.get() + (b * kv_heads_ + h) * rows_ * row_bytes_;
+  v.ring_rows = ring() ? rows_ : 0;
   v.row_bytes = row_bytes_;
   v.head_dim = head_dim_;
   // A dynamic parameter not fixed yet: every stored code decodes the same under any value.
@@ -263,12 +261,13 @@ kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
   return v;
 }
 
-std::vector<float> KvBuffer::read(std::int64_t n) const {
-  KVQ_CHECK(n >= 0 && n <= capacity_, "KV read {} past capacity {}", n, capacity_);
+std::vector<float> KvBuffer::read(std::int64_t first, std::int64_t n) const {
+  KVQ_CHECK(first >= 0 && n >= 0 && first + n <= capacity_ && n <= rows_,
+            "KV read [{}, {}): capacity {}, {} rows", first, first + n, capacity_, rows_);
   std::vector<float> out(static_cast<std::size_t>(batch_ * kv_heads_ * n * head_dim_));
   for (std::int64_t b = 0; b < batch_; ++b) {
     for (std::int64_t h = 0; h < kv_heads_; ++h) {
-      kernels::load_kv_rows(rows(b, h), 0, n, out.data() + (b * kv_heads_ + h) * n * head_dim_);
+      kernels::load_kv_rows(rows(b, h), first, n, out.data() + (b * kv_heads_ + h) * n * head_dim_);
     }
   }
   return out;
@@ -278,13 +277,8 @@ namespace {
 
 // The cache's bytes are allocated up front: a context beyond what the machine holds (--ctx 10^8)
 // is refused with the sizes, not left to end in std::bad_alloc or the OOM killer.
-void check_fits_in_memory(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
-                          std::int64_t head_dim, std::int64_t capacity, KvFormat format,
-                          KvFormat v_format) {
-  const double bytes = static_cast<double>(layers) * static_cast<double>(batch) *
-                       static_cast<double>(kv_heads) * static_cast<double>(capacity) *
-                       static_cast<double>(quant::kv_row_bytes(format, head_dim) +
-                                           quant::kv_row_bytes(v_format, head_dim));
+void check_fits_in_memory(double bytes, std::int64_t capacity, std::int64_t batch,
+                          KvFormat format) {
   const double memory =
       static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   if (memory > 0 && bytes > memory) {
@@ -322,14 +316,51 @@ void check_sink_tokens(const KvCacheConfig& spec) {
 
 }  // namespace
 
+std::int64_t KvCache::layer_rows(std::int64_t capacity, std::int64_t window,
+                                 std::int64_t window_chunk) {
+  if (window <= 0 || window_chunk <= 0) return capacity;
+  return std::min(capacity, window - 1 + window_chunk);
+}
+
+std::int64_t KvCache::allocated_bytes(std::int64_t layers, std::int64_t batch,
+                                      std::int64_t kv_heads, std::int64_t head_dim,
+                                      std::int64_t capacity, const KvCacheConfig& config,
+                                      std::span<const std::int64_t> layer_windows) {
+  const auto row = static_cast<double>(quant::kv_row_bytes(config.k_format(), head_dim) +
+                                       quant::kv_row_bytes(config.v_format(), head_dim));
+  double rows = 0;
+  for (std::int64_t l = 0; l < layers; ++l) {
+    const std::int64_t w = layer_windows.empty() ? 0 : layer_windows[static_cast<std::size_t>(l)];
+    rows += static_cast<double>(layer_rows(capacity, w, config.window_chunk));
+  }
+  // In double: absurd sizes (--ctx 10^8 on a large model) saturate instead of overflowing.
+  const double bytes = rows * static_cast<double>(batch) * static_cast<double>(kv_heads) * row;
+  return bytes >= 9.0e18 ? std::numeric_limits<std::int64_t>::max()
+                         : static_cast<std::int64_t>(bytes);
+}
+
 KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
-                 std::int64_t head_dim, std::int64_t capacity, const KvCacheConfig& spec)
+                 std::int64_t head_dim, std::int64_t capacity, const KvCacheConfig& spec,
+                 std::span<const std::int64_t> layer_windows)
     : batch_(batch), kv_heads_(kv_heads), head_dim_(head_dim), capacity_(capacity), config_(spec) {
   if (layers <= 0 || batch <= 0 || kv_heads <= 0 || head_dim <= 0 || capacity <= 0) {
     fail<InvalidArgument>(
         "KV cache: layers {}, batch {}, kv_heads {}, head_dim {}, capacity {} must all be > 0",
         layers, batch, kv_heads, head_dim, capacity);
   }
+  if (!layer_windows.empty() && static_cast<std::int64_t>(layer_windows.size()) != layers) {
+    fail<InvalidArgument>("KV cache: {} layer windows for {} layers", layer_windows.size(), layers);
+  }
+  for (std::size_t l = 0; l < layer_windows.size(); ++l) {
+    if (layer_windows[l] < 0)
+      fail<InvalidArgument>("KV cache: layer {} window {}", l, layer_windows[l]);
+  }
+  if (spec.window_chunk < 0) {
+    fail<InvalidArgument>("KV cache: window_chunk {}; expected >= 0 (0: no rings)",
+                          spec.window_chunk);
+  }
+  windows_.assign(layer_windows.begin(), layer_windows.end());
+  windows_.resize(static_cast<std::size_t>(layers), 0);
   if (static_cast<std::size_t>(spec.format) >= quant::kv_format_table().size()) {
     fail<InvalidArgument>("KV cache: unknown format {}", static_cast<int>(spec.format));
   }
@@ -369,16 +400,21 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
         quant::kv_format_name(spec.format), head_dim);
   }
   if (spec.sink_tokens != 0) check_sink_tokens(spec);
-  check_fits_in_memory(layers, batch, kv_heads, head_dim, capacity, spec.k_format(),
-                       spec.v_format());
+  check_fits_in_memory(static_cast<double>(allocated_bytes(layers, batch, kv_heads, head_dim,
+                                                           capacity, spec, windows_)),
+                       capacity, batch, spec.format);
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));
   for (std::int64_t l = 0; l < layers; ++l) {
     // Validate before allocating, so a bad spec fails fast.
     KvStreamParams kp = stream_params(spec, l, kv_heads, "k");
     KvStreamParams vp = stream_params(spec, l, kv_heads, "v");
-    keys_.emplace_back(spec.k_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens);
-    values_.emplace_back(spec.v_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens);
+    const std::int64_t rows =
+        layer_rows(capacity, windows_[static_cast<std::size_t>(l)], spec.window_chunk);
+    keys_.emplace_back(spec.k_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens,
+                       rows);
+    values_.emplace_back(spec.v_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens,
+                         rows);
     keys_.back().set_params(std::move(kp));
     keys_.back().set_int8_query_scores(spec.int8_query_scores);
     values_.back().set_params(std::move(vp));
@@ -407,9 +443,37 @@ void KvCache::reset() {
   for (KvBuffer& b : values_) b.reset_dynamic();
 }
 
+std::int64_t KvCache::window(std::int64_t layer) const {
+  return windows_.at(static_cast<std::size_t>(layer));
+}
+
+std::int64_t KvCache::first_position(std::int64_t layer) const {
+  return std::max<std::int64_t>(0, length_ - rows(layer));
+}
+
+bool KvCache::can_truncate(std::int64_t n) const {
+  if (n < 0 || n > length_) return false;
+  if (n == 0) return true;
+  // The next token (position n) sees positions from n - window + 1: still in every ring?
+  for (std::int64_t l = 0; l < layers(); ++l) {
+    if (keys(l).ring() && std::max<std::int64_t>(0, n - window(l) + 1) < first_position(l))
+      return false;
+  }
+  return true;
+}
+
 void KvCache::truncate(std::int64_t n) {
   if (n < 0 || n > length_) {
     fail<InvalidArgument>("KV cache truncate to {}: length is {}", n, length_);
+  }
+  if (!can_truncate(n)) {
+    std::int64_t ring = capacity_;
+    for (const KvBuffer& b : keys_) ring = std::min(ring, b.rows());
+    fail<InvalidArgument>(
+        "KV cache truncate to {}: the sliding-window layers keep a ring of the last {} of the {} "
+        "cached positions and have overwritten some that position {} attends to (a ring rolls "
+        "back at most {} tokens)",
+        n, ring, length_, n, config_.window_chunk);
   }
   if (n == 0) {
     reset();
@@ -506,6 +570,24 @@ std::string KvCacheConfig::describe() const {
     default:
       return label();
   }
+}
+
+std::int64_t KvCache::attended_bytes(std::int64_t context) const {
+  std::int64_t total = 0;
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    const std::int64_t w = windows_[l];
+    total += (keys_[l].bytes_per_token() + values_[l].bytes_per_token()) *
+             (w > 0 ? std::min(w, context) : context);
+  }
+  return total;
+}
+
+std::int64_t KvCache::allocated_bytes() const {
+  std::int64_t total = 0;
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    total += (keys_[l].bytes_per_token() + values_[l].bytes_per_token()) * keys_[l].rows() * batch_;
+  }
+  return total;
 }
 
 std::int64_t KvCache::bytes_per_token() const {

@@ -1,12 +1,19 @@
 // Per-layer KV cache, preallocated to a maximum context, stored PACKED in a quant::KvFormat.
 //
-// Layout of every layer's K and V buffer: [batch, kv_heads, capacity, row_bytes] where a row is
+// Layout of every layer's K and V buffer: [batch, kv_heads, rows, row_bytes] where a row is
 // the head_dim values of one token of one kv head in the format's row layout
 // (kvq/quant/formats.h: f32 / bf16 / f16 / fp8 e4m3 / int8 / int4 nibbles / nvfp4 nibbles + E4M3
 // block scales / int8_g32, int4_g32, int4_g32a codes + fp16 block scales (and minima), which need
 // head_dim % 32 == 0);
-// a (batch, head) stream is `capacity` contiguous rows. Keys are stored post-RoPE,
-// both before GQA head repetition, exactly what the key/value hooks saw (after they ran).
+// a (batch, head) stream is `rows` contiguous rows. rows = capacity, except in a sliding-window
+// layer (attention sees the last `window` positions only: Mistral, Gemma 3's local layers) when
+// its cache is a RING of window - 1 + window_chunk rows (KvCacheConfig::window_chunk) shorter
+// than the capacity: position t lives in row t % rows, overwriting position t - rows, which no
+// query from t on can see. A forward feeds such a layer at most window_chunk new tokens at a time
+// (the model splits longer ones), so every row a chunk's queries see is still there when they
+// attend; decode needs only `window` rows. Memory then stays fixed however long the context.
+// Keys are stored post-RoPE, both before GQA head repetition, exactly what the key/value hooks
+// saw (after they ran).
 //
 // Every (layer, kv head) stream of K and of V has its own dequantization parameters, shared by
 // the batch: scale, zero point and, for nvfp4, a global scale. Rows are encoded at append time
@@ -137,6 +144,13 @@ struct KvCacheConfig {
   // (16 - bits) · head_dim bits per stream and sink token, fixed per sequence.
   std::int64_t sink_tokens = 0;
   static constexpr std::int64_t kMaxSinkTokens = 64;
+  // Sliding-window layers (a cache made with the model's layer windows) keep a ring of
+  // window - 1 + window_chunk rows when that is shorter than the capacity, and a forward feeds
+  // them at most window_chunk new tokens at a time (see the top of this file). A multiple of 32,
+  // the prefill kernel's query tile, keeps the logits bit-identical to a full-length cache's;
+  // other values are exact up to the summation order. 0: full-length caches everywhere.
+  std::int64_t window_chunk = kDefaultWindowChunk;
+  static constexpr std::int64_t kDefaultWindowChunk = 256;
 
   // An unscaled cache (f32 / bf16 / f16), or nvfp4 with dynamic per-head global scales.
   static KvCacheConfig of(KvFormat format);
@@ -172,19 +186,27 @@ struct KvStreamParams {
   KvScaleGranularity dynamic_granularity = KvScaleGranularity::kHead;
 };
 
-// One layer's K or V: [batch, kv_heads, capacity, row_bytes].
+// One layer's K or V: [batch, kv_heads, rows, row_bytes] holding positions [0, capacity).
 class KvBuffer {
  public:
   // Rows of positions [0, sink_rows) are kept in bf16 apart from the packed rows (attention
-  // sinks, KvCacheConfig::sink_tokens).
+  // sinks, KvCacheConfig::sink_tokens). ring_rows in (0, capacity): a ring of that many rows
+  // (see the top of this file); else `capacity` rows.
   KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads, std::int64_t capacity,
-           std::int64_t head_dim, std::int64_t sink_rows = 0);
+           std::int64_t head_dim, std::int64_t sink_rows = 0, std::int64_t ring_rows = 0);
 
-  // Encodes states [batch, kv_heads, n, head_dim] (fp32, contiguous) into rows [pos, pos + n).
-  void write(std::int64_t pos, std::int64_t n, const float* states);
+  // Encodes states [batch, kv_heads, n, head_dim] (fp32, contiguous), positions [pos, pos + n),
+  // into their rows.
+  void write(std::int64_t pos, std::int64_t n, const float* states) { write(pos, n, states, 0, n); }
+  // Only positions pos + [first, first + count) of them (a ring takes a long forward a chunk at
+  // a time); dynamic parameters are fixed from all n, as by write(pos, n, states).
+  void write(std::int64_t pos, std::int64_t n, const float* states, std::int64_t first,
+             std::int64_t count);
   kernels::KvRowsView rows(std::int64_t b, std::int64_t h) const;
-  // Rows [0, n) of every stream decoded to fp32: [batch, kv_heads, n, head_dim] (tests, debug).
-  std::vector<float> read(std::int64_t n) const;
+  // Positions [first, first + n) of every stream decoded to fp32: [batch, kv_heads, n,
+  // head_dim] (tests, debug, Python); a ring must still hold them.
+  std::vector<float> read(std::int64_t first, std::int64_t n) const;
+  std::vector<float> read(std::int64_t n) const { return read(0, n); }
 
   // Replaces the per-head parameters (already validated: see KvCache). Set before writing.
   void set_params(KvStreamParams params);
@@ -209,6 +231,9 @@ class KvBuffer {
   std::int64_t row_bytes() const { return row_bytes_; }
   // Bytes one token occupies in this buffer for one sequence (all kv heads).
   std::int64_t bytes_per_token() const { return row_bytes_ * kv_heads_; }
+  // Rows per stream: the capacity, or the ring's length.
+  std::int64_t rows() const { return rows_; }
+  bool ring() const { return rows_ < capacity_; }
 
  private:
   // Fixes the unfixed dynamic parameters that rows [skip, n) of states [batch, kv_heads, n,
@@ -221,6 +246,7 @@ class KvBuffer {
 
   KvFormat format_;
   std::int64_t batch_, kv_heads_, capacity_, head_dim_, row_bytes_;
+  std::int64_t rows_;  // per stream: capacity_, or fewer in a ring
   std::int64_t sink_rows_, sink_row_bytes_;
   KvStreamParams params_;
   std::vector<bool> dynamic_;  // [kv_heads] the scale (nvfp4: global scale) is dynamic
@@ -233,9 +259,12 @@ class KvCache {
  public:
   // InvalidArgument naming the layer and tensor ("layer 3 k_scale[1] is nan: ...") when the
   // config's scales are missing, not calibrated (NaN), <= 0, of the wrong size, or a zero point
-  // is not an integer code of the format.
+  // is not an integer code of the format. layer_windows: empty, or per layer the sliding window
+  // its attention reads (0: every position), which sizes its ring (config.window_chunk; what
+  // CausalLM::make_cache passes).
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
-          std::int64_t capacity, const KvCacheConfig& config = {});
+          std::int64_t capacity, const KvCacheConfig& config = {},
+          std::span<const std::int64_t> layer_windows = {});
   // KvCacheConfig::of(format): f32 / bf16 / f16, or nvfp4 with dynamic global scales.
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
           std::int64_t capacity, KvFormat format)
@@ -256,18 +285,41 @@ class KvCache {
   KvBuffer& values(std::int64_t layer);
   const KvBuffer& values(std::int64_t layer) const;
 
+  // Layer l's sliding window (0: none or not given), and the rows per stream its buffers hold
+  // (the capacity, or a ring's length).
+  std::int64_t window(std::int64_t layer) const;
+  std::int64_t rows(std::int64_t layer) const { return keys(layer).rows(); }
+  // The first position layer l still holds (0 unless its ring has wrapped).
+  std::int64_t first_position(std::int64_t layer) const;
+  // Rows per stream of a layer with this window: window - 1 + window_chunk when that is below
+  // the capacity (a ring), else the capacity.
+  static std::int64_t layer_rows(std::int64_t capacity, std::int64_t window,
+                                 std::int64_t window_chunk);
+
   // Marks n more tokens as cached (the model calls this after every layer wrote them).
   void advance(std::int64_t n);
   // Forgets everything (keeps the allocation and the calibrated parameters; dynamic
   // parameters are fixed again by the next write).
   void reset();
-  // Keeps the first n tokens (n <= length()); truncate(0) is reset().
+  // Keeps the first n tokens (n <= length()); truncate(0) is reset(). InvalidArgument when a
+  // ring has already overwritten a position the next token would see (a ring rolls back at
+  // most window_chunk tokens): see can_truncate.
   void truncate(std::int64_t n);
+  bool can_truncate(std::int64_t n) const;
 
   // K and V bytes of one token of one sequence across all layers: 2 · layers · kv_heads ·
   // kv_row_bytes(format, head_dim) (values plus in-row block scales; per-stream parameters are
   // not per token and not counted).
   std::int64_t bytes_per_token() const;
+  // K and V bytes a decode step at this context reads (each layer's window of it).
+  std::int64_t attended_bytes(std::int64_t context) const;
+  // Bytes of K and V rows allocated (sink rows and parameters aside).
+  std::int64_t allocated_bytes() const;
+  // What a cache of these arguments would allocate, without allocating it (admission control).
+  static std::int64_t allocated_bytes(std::int64_t layers, std::int64_t batch,
+                                      std::int64_t kv_heads, std::int64_t head_dim,
+                                      std::int64_t capacity, const KvCacheConfig& config,
+                                      std::span<const std::int64_t> layer_windows = {});
   // Whether some parameter is dynamic (fixed from the data, not calibrated).
   bool has_dynamic_scales() const;
 
@@ -275,6 +327,7 @@ class KvCache {
   std::int64_t batch_, kv_heads_, head_dim_, capacity_;
   KvCacheConfig config_;
   std::int64_t length_ = 0;
+  std::vector<std::int64_t> windows_;  // [layers] 0 = no sliding window
   std::vector<KvBuffer> keys_, values_;
 };
 

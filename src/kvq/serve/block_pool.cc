@@ -24,6 +24,10 @@ std::int64_t BlockPool::blocks_for(std::int64_t tokens) const {
   return (tokens + block_tokens_ - 1) / block_tokens_;
 }
 
+std::int64_t BlockPool::blocks_for_bytes(std::int64_t bytes) const {
+  return (bytes + bytes_per_block_ - 1) / bytes_per_block_;
+}
+
 bool BlockPool::try_reserve(std::int64_t blocks) {
   if (blocks > free()) return false;
   used_ += blocks;

@@ -110,6 +110,10 @@ Scheduler::~Scheduler() {
   }
 }
 
+std::int64_t Scheduler::blocks_for(std::int64_t tokens) const {
+  return pool_.blocks_for_bytes(model_.cache_bytes(1, tokens, options_.kv_cache));
+}
+
 void Scheduler::submit(std::span<const std::shared_ptr<Sequence>> sequences) {
   std::unique_lock lock(mutex_);
   if (draining_) {
@@ -118,7 +122,7 @@ void Scheduler::submit(std::span<const std::shared_ptr<Sequence>> sequences) {
   for (const auto& s : sequences) {
     const SequenceRequest& r = s->request();
     const std::int64_t tokens = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
-    if (pool_.blocks_for(tokens) > pool_.total()) {
+    if (blocks_for(tokens) > pool_.total()) {
       throw RequestError(
           400,
           fmt::format("prompt + max_tokens = {} tokens need more KV cache than the server has "
@@ -192,7 +196,7 @@ void Scheduler::admit() {
       if (static_cast<std::int64_t>(running_.size() + admitted.size()) >= options_.max_seqs) break;
       const SequenceRequest& r = s->request();
       const std::int64_t blocks =
-          pool_.blocks_for(static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens);
+          blocks_for(static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens);
       if (!pool_.try_reserve(blocks)) break;  // first come, first served: no overtaking
       waiting_.pop_front();
       totals_.prompt_tokens += static_cast<std::int64_t>(r.prompt.size());

@@ -87,6 +87,8 @@ class Scheduler {
   // Samples the token after `logits` [vocab] for r; true when r finished.
   bool add_token(Running& r, std::span<const float> logits);
   void finish(Running& r, FinishReason reason, std::string error = {});
+  // KV blocks a sequence of `tokens` tokens reserves: its cache's bytes (rings included).
+  std::int64_t blocks_for(std::int64_t tokens) const;
 
   model::CausalLM& model_;
   const tok::Tokenizer& tokenizer_;

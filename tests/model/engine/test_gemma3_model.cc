@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -110,6 +111,7 @@ TEST_F(Gemma3Model, WikitextPerplexityMatchesTransformers) {
         std::vector<std::int32_t>(win.begin(), win.begin() + 8),
         g.at("window_first_ids")[static_cast<std::size_t>(w)].get<std::vector<std::int32_t>>());
     KvCache cache = model_->make_cache(1, ctx);
+    EXPECT_TRUE(cache.keys(0).ring()) << "the sliding layers should hold rings at ctx " << ctx;
     const Tensor hidden = model_->forward_hidden(win, 1, cache);  // [1, ctx, hidden]
     double nll = 0.0;
     for (std::int64_t r0 = 0; r0 < ctx - 1; r0 += kChunk) {
@@ -133,6 +135,45 @@ TEST_F(Gemma3Model, WikitextPerplexityMatchesTransformers) {
   std::printf("gemma3 wikitext-2 ppl (%lld x %lld): kvq %.6f, transformers %.6f\n",
               static_cast<long long>(windows), static_cast<long long>(ctx), ppl, want_ppl);
   EXPECT_NEAR(ppl, want_ppl, 1e-3 * want_ppl);
+}
+
+// The sliding layers' rings (512 - 1 + 256 rows, kv_cache.h) give bit for bit the logits of a
+// full-length cache over an 800-token prompt (a prefill of 4 chunks that wraps them) and 30
+// greedy steps, on a packed cache (int4_g32: the ring's runs inside the packed dot products); the
+// perplexity test above runs the f32 rings against transformers.
+TEST_F(Gemma3Model, SlidingWindowRingEqualsFullCache) {
+  KVQ_REQUIRE_GEMMA_MODEL();
+  const ModelConfig& c = model_->config();
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(test::gemma_model_dir());
+  std::vector<std::int32_t> prompt = tokenizer.encode(
+      test::read_bytes(test::shared_data_dir() / "wikitext-2-raw" / "wiki.test.raw")
+          .substr(0, 8000));
+  ASSERT_GE(prompt.size(), 800u);
+  prompt.resize(800);
+  constexpr std::int64_t kSteps = 30, kCapacity = 800 + kSteps;
+  const KvCacheConfig kv = KvCacheConfig::dynamic(KvFormat::kINT4G32);
+  KvCache ring = model_->make_cache(1, kCapacity, kv);
+  KvCache full(c.num_hidden_layers, 1, c.num_key_value_heads, c.head_dim, kCapacity, kv);
+  ASSERT_TRUE(ring.keys(0).ring());
+  ASSERT_EQ(ring.rows(0), 512 - 1 + 256);
+  Tensor a = model_->forward(prompt, ring), b = model_->forward(prompt, full);
+  for (std::int64_t s = 0; s <= kSteps; ++s) {
+    ASSERT_EQ(a.to_f32_vector(), b.to_f32_vector()) << kv.label() << " step " << s;
+    if (s == kSteps) break;
+    const std::int32_t next[1] = {
+        static_cast<std::int32_t>(std::max_element(a.f32(), a.f32() + a.numel()) - a.f32())};
+    a = model_->forward(next, ring);
+    b = model_->forward(next, full);
+  }
+  EXPECT_EQ(ring.first_position(0), kCapacity - ring.rows(0));
+  // What the rings save: the KV bytes of one 32K-token sequence.
+  const KvCacheConfig bf16 = KvCacheConfig::of(KvFormat::kBF16);
+  const std::int64_t with_rings = model_->cache_bytes(1, 32768, bf16);
+  const std::int64_t full_length = KvCache::allocated_bytes(
+      c.num_hidden_layers, 1, c.num_key_value_heads, c.head_dim, 32768, bf16);
+  std::printf("gemma-3-270m bf16 KV for 32768 tokens: %.1f MB with rings, %.1f MB full-length\n",
+              static_cast<double>(with_rings) / 1e6, static_cast<double>(full_length) / 1e6);
+  EXPECT_LT(with_rings * 5, full_length);
 }
 
 }  // namespace

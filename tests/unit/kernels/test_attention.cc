@@ -319,6 +319,99 @@ TEST(Attention, SlidingWindowMatchesReference) {
   }
 }
 
+// A sliding-window layer's ring (kv_rows.h: position t in row t % ring_rows) holds only the
+// positions the queries can see; the kernels read them in runs split where the ring wraps. The
+// result must be bit for bit the one over the same rows stored in position order, for every
+// format, on the prefill and decode paths, wherever the wrap falls in a key tile (ring lengths
+// from the minimum, window - 1 + q_len, up). (Sinks in a ring: SlidingWindowRing.* in the engine.)
+TEST(Attention, SlidingWindowRingEqualsRowsInPositionOrder) {
+  struct RingCase {
+    Case c;
+    std::int64_t window;
+  };
+  const RingCase cases[] = {
+      {{4, 2, 16, 7, 30}, 5},     {{9, 3, 64, 100, 150}, 40}, {{6, 2, 16, 65, 64}, 64},
+      {{4, 2, 16, 1, 300}, 24},   {{9, 3, 64, 1, 1000}, 300}, {{8, 8, 32, 1, 129}, 64},
+      {{2, 1, 32, 32, 500}, 100},
+  };
+  for (KvFormat storage : all_formats()) {
+    for (const auto& [c, window] : cases) {
+      const std::int64_t total = c.past + c.q_len;
+      FakeCache k(storage, c.kv_heads, total, c.head_dim, 700 + total);
+      FakeCache v(storage, c.kv_heads, total, c.head_dim, 800 + total);
+      const auto q = random_q(c, 900 + c.heads, 1.0f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      const AttentionParams p{c.heads, c.kv_heads, c.head_dim, c.q_len, c.past, scale, window};
+      const auto run = [&](const KvRowsView* kv, const KvRowsView* vv) {
+        std::vector<std::vector<float>> outs;
+        std::vector<float> out(static_cast<std::size_t>(c.q_len * c.heads * c.head_dim), NAN);
+        if (c.q_len > 1) {
+          attention_prefill(p, q.data(), kv, vv, out.data());
+          outs.push_back(out);
+        } else {
+          for (std::int64_t splits : {1, 2, 5}) {
+            attention_decode(p, q.data(), kv, vv, out.data(), splits);
+            outs.push_back(out);
+          }
+        }
+        attention(p, q.data(), kv, vv, out.data());
+        outs.push_back(out);
+        return outs;
+      };
+      const auto want = run(k.views.data(), v.views.data());
+      // The first position any query sees; a ring of `rows` holds [lo, total).
+      const std::int64_t lo = std::max<std::int64_t>(0, c.past + 1 - window);
+      for (const std::int64_t extra : {0, 5, 37}) {
+        const std::int64_t rows = window - 1 + c.q_len + extra;
+        if (rows >= total) continue;  // no wrap: nothing to test
+        std::vector<std::byte> kring, vring;
+        const auto ring_of = [&](const FakeCache& f, std::vector<std::byte>& bytes) {
+          bytes.assign(static_cast<std::size_t>(c.kv_heads * rows * f.row_bytes_), std::byte{0});
+          std::vector<KvRowsView> out;
+          for (std::int64_t h = 0; h < c.kv_heads; ++h) {
+            KvRowsView view = f.views[static_cast<std::size_t>(h)];
+            view.data = bytes.data() + h * rows * f.row_bytes_;
+            view.ring_rows = rows;
+            for (std::int64_t t = lo; t < total; ++t) {
+              std::memcpy(const_cast<std::byte*>(view.row(t)), f.views[h].row(t),
+                          static_cast<std::size_t>(f.row_bytes_));
+            }
+            out.push_back(view);
+          }
+          return out;
+        };
+        const std::vector<KvRowsView> kr = ring_of(k, kring), vr = ring_of(v, vring);
+        const auto got = run(kr.data(), vr.data());
+        const std::string what = fmt::format("{} H={} Hkv={} D={} S={} past={} window={} ring={}",
+                                             quant::kv_format_name(storage), c.heads, c.kv_heads,
+                                             c.head_dim, c.q_len, c.past, window, rows);
+        ASSERT_EQ(got.size(), want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+              << what << " run " << i;
+        }
+        // The scalar reference reads the ring too.
+        if (c.q_len > 1 || extra == 0) {
+          const auto ref_ring = reference(c, q, k, v, scale, window);
+          std::vector<float> oh(static_cast<std::size_t>(c.q_len * c.head_dim));
+          for (std::int64_t h = 0; h < c.heads; ++h) {
+            const std::int64_t g = h / (c.heads / c.kv_heads);
+            ref::attention(q.data() + h * c.q_len * c.head_dim, kr[g], vr[g], oh.data(), c.q_len,
+                           c.past, scale, window);
+            for (std::int64_t i = 0; i < c.q_len; ++i) {
+              EXPECT_EQ(std::memcmp(oh.data() + i * c.head_dim,
+                                    ref_ring.data() + (i * c.heads + h) * c.head_dim,
+                                    static_cast<std::size_t>(c.head_dim) * sizeof(float)),
+                        0)
+                  << "ref " << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, PerHeadScalesAreApplied) {
   const Case c{4, 2, 16, 9, 3};
   FakeCache k(KvFormat::kF32, 2, 12, 16, 1), v(KvFormat::kF32, 2, 12, 16, 2);

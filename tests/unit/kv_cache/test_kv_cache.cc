@@ -2,6 +2,7 @@
 // the KvCacheConfig the lifecycle hands over, dynamic nvfp4 global scales, bytes per token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -241,6 +242,101 @@ TEST(KvCache, DynamicNvfp4GlobalScaleIsFixedByTheFirstWrite) {
   cal.reset();
   EXPECT_EQ(cal.keys(0).global_scale(1), 100.0f);
   EXPECT_TRUE(std::isnan(cal.values(0).global_scale(1)));  // v stays dynamic
+}
+
+}  // namespace
+}  // namespace kvq::model
+
+namespace kvq::model {
+namespace {
+
+// A sliding-window layer's ring (kv_cache.h): window - 1 + window_chunk rows, position t in row
+// t % rows; global layers and windows that reach the capacity keep full-length buffers.
+TEST(KvCacheRing, SizesRowsFromWindowAndChunk) {
+  KvCacheConfig kv = KvCacheConfig::of(KvFormat::kINT8G32);
+  kv.window_chunk = 4;
+  const std::vector<std::int64_t> windows = {0, 6, 100};
+  const KvCache c(3, 2, 2, 32, 50, kv, windows);
+  EXPECT_EQ(c.rows(0), 50);
+  EXPECT_EQ(c.rows(1), 9);
+  EXPECT_EQ(c.rows(2), 50);  // 99 + 4 > 50: no ring
+  EXPECT_FALSE(c.keys(0).ring());
+  EXPECT_TRUE(c.keys(1).ring());
+  EXPECT_TRUE(c.values(1).ring());
+  const std::int64_t row = static_cast<std::int64_t>(quant::kv_row_bytes(KvFormat::kINT8G32, 32));
+  EXPECT_EQ(c.allocated_bytes(), (50 + 9 + 50) * 2 * 2 * 2 * row);  // rows · batch · heads · K+V
+  EXPECT_EQ(KvCache::allocated_bytes(3, 2, 2, 32, 50, kv, windows), c.allocated_bytes());
+  EXPECT_EQ(c.attended_bytes(30), (30 + 6 + 30) * 2 * 2 * row);  // per sequence
+  EXPECT_EQ(KvCache::layer_rows(50, 6, 0), 50);                  // window_chunk 0: no rings
+  EXPECT_EQ(KvCache::layer_rows(50, 0, 4), 50);
+  EXPECT_EQ(KvCache::layer_rows(50, 6, 4), 9);
+}
+
+TEST(KvCacheRing, WritesWrapAndReadsTheLastPositions) {
+  for (KvFormat f : {KvFormat::kF32, KvFormat::kINT8, KvFormat::kINT4G32}) {
+    KvCacheConfig kv = KvCacheConfig::dynamic(f);
+    kv.window_chunk = 3;
+    KvCache ring(1, 1, 2, 32, 40, kv, std::vector<std::int64_t>{4});  // 6 rows
+    KvCache full(1, 1, 2, 32, 40, kv);
+    ASSERT_EQ(ring.rows(0), 6);
+    const std::vector<float> x = random_states(2 * 20 * 32, 5);  // [1, 2, 20, 32]
+    // Fix the dynamic scales from all 20 rows, then store 3 at a time as the model does.
+    for (std::int64_t first = 0; first < 20; first += 3) {
+      const std::int64_t n = std::min<std::int64_t>(3, 20 - first);
+      ring.keys(0).write(0, 20, x.data(), first, n);
+    }
+    full.keys(0).write(0, 20, x.data());
+    EXPECT_EQ(ring.keys(0).scale(1), full.keys(0).scale(1)) << quant::kv_format_name(f);
+    ring.advance(20);
+    full.advance(20);
+    EXPECT_EQ(ring.first_position(0), 14);
+    EXPECT_EQ(ring.keys(0).read(14, 6), full.keys(0).read(14, 6)) << quant::kv_format_name(f);
+    // Position 14 sits in row 14 % 6 = 2: the view's rows run 2..5, then wrap to 0..1.
+    const kernels::KvRowsView v = ring.keys(0).rows(0, 1);
+    EXPECT_EQ(v.ring_rows, 6);
+    EXPECT_EQ(v.run(14, 6), 4);
+    EXPECT_EQ(v.row(18), v.data);           // 18 % 6 = 0
+    EXPECT_EQ(v.f32_rows(14, 6), nullptr);  // wraps: no single pointer
+    // More positions in one write than the ring holds would overwrite its own rows: a caller's
+    // bug (the model splits long writes), so an internal check.
+    EXPECT_DEATH(ring.keys(0).write(20, 7, x.data()), "7 positions into a ring of 6 rows");
+  }
+}
+
+TEST(KvCacheRing, TruncateKeepsWhatTheNextTokenSees) {
+  KvCacheConfig kv = KvCacheConfig::of(KvFormat::kF32);
+  kv.window_chunk = 4;
+  KvCache c(2, 1, 1, 16, 64, kv, std::vector<std::int64_t>{0, 5});  // layer 1: 8 rows
+  const std::vector<float> x = random_states(30 * 16, 3);
+  for (std::int64_t l = 0; l < 2; ++l) {
+    const std::int64_t keep = std::min<std::int64_t>(30, c.rows(l));  // a ring's last rows
+    c.keys(l).write(0, 30, x.data(), 30 - keep, keep);
+    c.values(l).write(0, 30, x.data(), 30 - keep, keep);
+  }
+  c.advance(30);
+  // Rows hold positions [22, 30); position n sees [n - 4, n): n >= 26.
+  EXPECT_TRUE(c.can_truncate(26));
+  EXPECT_FALSE(c.can_truncate(25));
+  EXPECT_TRUE(c.can_truncate(0));  // reset
+  EXPECT_FALSE(c.can_truncate(31));
+  try {
+    c.truncate(25);
+    ADD_FAILURE() << "truncate(25) passed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("ring of the last 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at most 4 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.length(), 30);
+  c.truncate(26);
+  EXPECT_EQ(c.length(), 26);
+}
+
+TEST(KvCacheRing, BadWindowsAreRefused) {
+  KvCacheConfig kv = KvCacheConfig::of(KvFormat::kF32);
+  EXPECT_THROW(KvCache(2, 1, 1, 16, 8, kv, std::vector<std::int64_t>{4}), InvalidArgument);
+  EXPECT_THROW(KvCache(2, 1, 1, 16, 8, kv, std::vector<std::int64_t>{4, -1}), InvalidArgument);
+  kv.window_chunk = -2;
+  EXPECT_THROW(KvCache(2, 1, 1, 16, 8, kv), InvalidArgument);
 }
 
 }  // namespace

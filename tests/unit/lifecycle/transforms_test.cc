@@ -101,7 +101,9 @@ TEST_P(TransformRows, RotationsLeaveTheLogitsUnchangedOrAreRefused) {
     model::KvCache rotated = m->make_cache(1, 16);
     const float diff = max_diff(plain, m->forward(prompt(), rotated, model::LogitsMode::kAll));
     std::printf("  %-12s R3 max|diff| %.3g\n", GetParam().c_str(), diff);
-    EXPECT_LT(diff, 5e-6f);  // measured ≤ 2.5e-6 over the rows
+    // Measured ≤ 2.5e-6 over the rows on AMD Zen 4, 5.9e-6 (llama3_tied) on an Intel Xeon
+    // (OpenBLAS picks other sgemm kernels); the golden tests' 1e-5.
+    EXPECT_LT(diff, 1e-5f);
     t.reset();
     model::KvCache unrotated = m->make_cache(1, 16);
     m->forward(prompt(), unrotated, model::LogitsMode::kLast);
@@ -131,7 +133,7 @@ TEST_P(TransformRows, RotationsLeaveTheLogitsUnchangedOrAreRefused) {
   model::KvCache rotated = m->make_cache(1, 16);
   const float diff = max_diff(plain, m->forward(prompt(), rotated, model::LogitsMode::kAll));
   std::printf("  %-12s R2 max|diff| %.3g\n", GetParam().c_str(), diff);
-  EXPECT_LT(diff, 5e-6f);  // measured ≤ 2.8e-6 over the rows
+  EXPECT_LT(diff, 1e-5f);  // measured ≤ 2.8e-6 (Zen 4), 4.7e-6 (Intel Xeon) over the rows
   t.reset();
   model::KvCache unrotated = m->make_cache(1, 16);
   m->forward(prompt(), unrotated, model::LogitsMode::kLast);

@@ -43,6 +43,7 @@ class TinyGolden : public ::testing::TestWithParam<std::string> {
     EXPECT_LE(diff, kTol) << GetParam() << " " << where;
     worst_[kind] = std::max(worst_[kind], diff);
   }
+  std::int64_t prefill_and_decode(const KvCacheConfig& kv);
   void TearDown() override {
     for (const auto& [kind, diff] : worst_) {
       std::printf("  %-12s %-8s max|diff| %.3g\n", GetParam().c_str(), kind.c_str(), diff);
@@ -55,25 +56,41 @@ class TinyGolden : public ::testing::TestWithParam<std::string> {
   std::map<std::string, float> worst_;
 };
 
-TEST_P(TinyGolden, PrefillAndDecodeLogits) {
+// Prefill and greedy decode of both prompts through a cache made as `kv` says; returns how
+// many layers' rings wrapped (their first positions were overwritten) after a prefill.
+std::int64_t TinyGolden::prefill_and_decode(const KvCacheConfig& kv) {
   const model::ModelConfig& c = model_->config();
+  const std::string how = kv.window_chunk == KvCacheConfig::kDefaultWindowChunk
+                              ? ""
+                              : " window_chunk " + std::to_string(kv.window_chunk);
+  std::int64_t wrapped = 0;
   for (int p = 0; p < 2; ++p) {
     const std::string pre = "prompt" + std::to_string(p) + ".";
     const std::vector<std::int32_t> ids = ids_of(golden_->tensor(pre + "input_ids"));
     const std::vector<std::int32_t> steps = ids_of(golden_->tensor(pre + "decode_tokens"));
     const auto n = static_cast<std::int64_t>(ids.size());
-    KvCache cache = model_->make_cache(1, n + static_cast<std::int64_t>(steps.size()));
+    KvCache cache = model_->make_cache(1, n + static_cast<std::int64_t>(steps.size()), kv);
     const Tensor logits = model_->forward(ids, cache, LogitsMode::kAll);
-    check("prefill", max_abs_diff(logits, g(pre + "prefill_logits")), pre + "prefill");
+    check("prefill", max_abs_diff(logits, g(pre + "prefill_logits")), pre + "prefill" + how);
 
-    // Post-RoPE keys and values in the cache after the prefill.
+    // Post-RoPE keys and values in the cache after the prefill (what a ring still holds).
     for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const std::string lp = pre + "layer" + std::to_string(l) + ".";
-      const std::vector<float> k = cache.keys(l).read(n), v = cache.values(l).read(n);
-      const Tensor gk = g(lp + "key"), gv = g(lp + "value");
-      ASSERT_EQ(static_cast<std::int64_t>(k.size()), gk.numel());
-      check("key", max_abs_diff(k.data(), gk.f32(), gk.numel()), lp + "key");
-      check("value", max_abs_diff(v.data(), gv.f32(), gv.numel()), lp + "value");
+      const std::int64_t first = cache.first_position(l), held = n - first;
+      wrapped += first > 0 ? 1 : 0;
+      const std::vector<float> k = cache.keys(l).read(first, held),
+                               v = cache.values(l).read(first, held);
+      const Tensor gk = g(lp + "key"), gv = g(lp + "value");  // [1, kv_heads, n, head_dim]
+      if (gk.numel() != c.num_key_value_heads * n * c.head_dim) {
+        ADD_FAILURE() << lp << "key golden has " << gk.numel() << " values";
+        return wrapped;
+      }
+      for (std::int64_t h = 0; h < c.num_key_value_heads; ++h) {
+        const std::int64_t at = (h * n + first) * c.head_dim, len = held * c.head_dim;
+        const std::int64_t ours = h * len;
+        check("key", max_abs_diff(k.data() + ours, gk.f32() + at, len), lp + "key" + how);
+        check("value", max_abs_diff(v.data() + ours, gv.f32() + at, len), lp + "value" + how);
+      }
     }
 
     // Greedy decode: our argmax must pick the golden tokens, and logits stay close.
@@ -84,12 +101,29 @@ TEST_P(TinyGolden, PrefillAndDecodeLogits) {
       const Tensor step = model_->forward(t, cache, LogitsMode::kLast);
       check("decode",
             max_abs_diff(step.f32(), want.f32() + static_cast<std::int64_t>(i) * vocab, vocab),
-            pre + "decode step " + std::to_string(i));
+            pre + "decode step " + std::to_string(i) + how);
       if (i + 1 < steps.size()) {
         const auto argmax = std::max_element(step.f32(), step.f32() + vocab) - step.f32();
-        EXPECT_EQ(argmax, steps[i + 1]) << pre << "greedy step " << i;
+        EXPECT_EQ(argmax, steps[i + 1]) << pre << "greedy step " << i << how;
       }
     }
+  }
+  return wrapped;
+}
+
+TEST_P(TinyGolden, PrefillAndDecodeLogits) { prefill_and_decode(KvCacheConfig{}); }
+
+// Sliding-window layers holding rings (kv_cache.h) of window - 1 + window_chunk rows, so short
+// that the prompts wrap them and the prefill runs in chunks of 1 or 3 tokens: still
+// transformers' logits (chunks that are not multiples of 32 change the summation order only).
+// On the rows with windows (tiny_windowed_variants()).
+class TinyGoldenWindowed : public TinyGolden {};
+
+TEST_P(TinyGoldenWindowed, SlidingWindowRingsAgainstTransformers) {
+  for (const std::int64_t chunk : {1, 3}) {
+    KvCacheConfig kv;
+    kv.window_chunk = chunk;
+    EXPECT_GT(prefill_and_decode(kv), 0) << "no ring wrapped with window_chunk " << chunk;
   }
 }
 
@@ -194,6 +228,8 @@ TEST_P(TinyGolden, NamedModulesMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, TinyGolden, ::testing::ValuesIn(tiny_variants()));
+INSTANTIATE_TEST_SUITE_P(Windowed, TinyGoldenWindowed,
+                         ::testing::ValuesIn(tiny_windowed_variants()));
 
 }  // namespace
 }  // namespace kvq::model::test

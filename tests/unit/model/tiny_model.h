@@ -24,6 +24,7 @@ inline std::filesystem::path tiny_dir(const std::string& variant) {
 
 using kvq::test::tiny_variant_dir;
 using kvq::test::tiny_variants;
+using kvq::test::tiny_windowed_variants;
 
 // Every tensor of a checkpoint directory, by name (zero-copy over the mmap).
 inline std::map<std::string, Tensor> load_weights(const std::filesystem::path& dir) {

@@ -40,7 +40,7 @@ struct Scratch {
 void load_k_transposed(const KvRowsView& k, std::int64_t t0, std::int64_t n, float* rows,
                        float* kt) {
   const std::int64_t d = k.head_dim;
-  const float* src = k.f32_rows(t0);
+  const float* src = k.f32_rows(t0, n);
   if (src == nullptr) {
     load_kv_rows(k, t0, n, rows);
     src = rows;
@@ -227,7 +227,7 @@ void attend_range(const float* q, std::int64_t nq, std::int64_t pos0, std::int64
       }
       m[i] = mx;
     }
-    const float* vt = v.f32_rows(t0);
+    const float* vt = v.f32_rows(t0, nt);
     if (vt == nullptr) {
       load_kv_rows(v, t0, nt, sc.v.data());
       vt = sc.v.data();
@@ -256,12 +256,16 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
     const std::int64_t nt = std::min(kKeyTile, t_end - t0);
     // Sink rows (bf16, see kv_rows.h) come first; the rest of the tile is packed. Scores are
     // per row and P·V adds rows in order, so the split changes no result.
+    // A ring (kv_rows.h) splits the packed rows once more where it wraps.
     const std::int64_t ns = k.sink_count(t0, nt);
     if (ns > 0) dot_rows(sink_codec, q, nq, k.sinks().row(t0), ns, s, kKeyTile);
-    if (k.int8_query_scores)
-      dot_rows_int8_query(k_codec, q8, k.row(t0 + ns), nt - ns, s + ns, kKeyTile);
-    else
-      dot_rows(k_codec, q, nq, k.row(t0 + ns), nt - ns, s + ns, kKeyTile);
+    for (std::int64_t j = ns, r = 0; j < nt; j += r) {
+      r = k.run(t0 + j, nt - j);
+      if (k.int8_query_scores)
+        dot_rows_int8_query(k_codec, q8, k.row(t0 + j), r, s + j, kKeyTile);
+      else
+        dot_rows(k_codec, q, nq, k.row(t0 + j), r, s + j, kKeyTile);
+    }
     for (std::int64_t i = 0; i < nq; ++i) {
       float* si = s + i * kKeyTile;
       for (std::int64_t j = 0; j < nt; ++j) si[j] *= scale;
@@ -276,7 +280,10 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
       m[i] = mx;
     }
     if (ns > 0) axpy_rows(sink_codec, s, nq, kKeyTile, v.sinks().row(t0), ns, acc);
-    axpy_rows(v_codec, s + ns, nq, kKeyTile, v.row(t0 + ns), nt - ns, acc);
+    for (std::int64_t j = ns, r = 0; j < nt; j += r) {
+      r = v.run(t0 + j, nt - j);
+      axpy_rows(v_codec, s + j, nq, kKeyTile, v.row(t0 + j), r, acc);
+    }
   }
 }
 

@@ -88,10 +88,13 @@ void attention(const float* q, const KvRowsView& keys, const KvRowsView& values,
                std::int64_t q_len, std::int64_t past, float scale, std::int64_t window) {
   const std::int64_t d = keys.head_dim;
   const std::int64_t total = past + q_len;
-  std::vector<float> k(static_cast<std::size_t>(total * d));  // [total, head_dim]
-  std::vector<float> v(static_cast<std::size_t>(total * d));
-  load_kv_rows_ref(keys, 0, total, k.data());
-  load_kv_rows_ref(values, 0, total, v.data());
+  // Positions [lo, total): what the first query sees and later ones (a sliding window's ring
+  // holds nothing before lo).
+  const std::int64_t lo = window > 0 ? std::max<std::int64_t>(0, past + 1 - window) : 0;
+  std::vector<float> k(static_cast<std::size_t>((total - lo) * d));  // [total - lo, head_dim]
+  std::vector<float> v(static_cast<std::size_t>((total - lo) * d));
+  load_kv_rows_ref(keys, lo, total - lo, k.data());
+  load_kv_rows_ref(values, lo, total - lo, v.data());
   std::vector<float> p(static_cast<std::size_t>(total));
   for (std::int64_t i = 0; i < q_len; ++i) {
     const float* qi = q + i * d;
@@ -99,7 +102,7 @@ void attention(const float* q, const KvRowsView& keys, const KvRowsView& values,
     const std::int64_t first = window > 0 ? std::max<std::int64_t>(0, end - window) : 0;
     const std::int64_t visible = end - first;
     for (std::int64_t t = 0; t < visible; ++t) {
-      const float* kt = k.data() + (first + t) * d;
+      const float* kt = k.data() + (first - lo + t) * d;
       float s = 0.0f;
       for (std::int64_t c = 0; c < d; ++c) s += qi[c] * kt[c];
       p[static_cast<std::size_t>(t)] = s * scale;
@@ -109,7 +112,7 @@ void attention(const float* q, const KvRowsView& keys, const KvRowsView& values,
     for (std::int64_t c = 0; c < d; ++c) oi[c] = 0.0f;
     for (std::int64_t t = 0; t < visible; ++t) {
       const float pt = p[static_cast<std::size_t>(t)];
-      const float* vt = v.data() + (first + t) * d;
+      const float* vt = v.data() + (first - lo + t) * d;
       for (std::int64_t c = 0; c < d; ++c) oi[c] += pt * vt[c];
     }
   }
