@@ -1,8 +1,8 @@
-// The tiny GQA Llama (tests/data/tiny_llama/gqa) as a model directory a server or CLI can open:
-// its config and weights plus a made-up tokenizer of its 256-token vocabulary. Byte-level BPE
-// without merges whose ids 0..253 are the bytes 0x00..0xFD (0xFE and 0xFF never occur in UTF-8
-// text) and 254 / 255 are <|im_start|> / <|im_end|>, with SmolLM2's ChatML template; so every
-// text encodes inside the model's vocabulary and chat works. Needs kvq_tokenizer and
+// The tiny GQA Llama (tests/data/tiny_llama/gqa, or another tiny row) as a model directory a server
+// or CLI can open: its config and weights plus a made-up tokenizer of its 256-token vocabulary.
+// Byte-level BPE without merges whose ids 0..253 are the bytes 0x00..0xFD (0xFE and 0xFF never
+// occur in UTF-8 text) and 254 / 255 are <|im_start|> / <|im_end|>, with SmolLM2's ChatML template;
+// so every text encodes inside the model's vocabulary and chat works. Needs kvq_tokenizer and
 // nlohmann_json (header only: kvq_test_support links no kvq library).
 #pragma once
 
@@ -15,17 +15,20 @@
 
 #include "kvq/tokenizer/byte_level.h"
 #include "support/test_paths.h"
+#include "support/tiny_models.h"
 
 namespace kvq::test {
 
 // Writes the tiny model with that tokenizer into `dir` (config.json, model.safetensors,
-// tokenizer.json, tokenizer_config.json).
-inline void write_tiny_chat_model(const std::filesystem::path& dir) {
+// tokenizer.json, tokenizer_config.json). `variant`: another tiny architecture row of the same
+// 256-token vocabulary (support/tiny_models.h), e.g. "mistral" for sliding windows.
+inline void write_tiny_chat_model(const std::filesystem::path& dir,
+                                  const std::string& variant = "gqa") {
   using nlohmann::json;
   auto write_text = [](const std::filesystem::path& path, const std::string& text) {
     std::ofstream(path, std::ios::binary) << text;
   };
-  const std::filesystem::path tiny = test_data_dir() / "tiny_llama" / "gqa";
+  const std::filesystem::path tiny = tiny_variant_dir(variant);
   std::filesystem::copy_file(tiny / "config.json", dir / "config.json");
   std::filesystem::copy_file(tiny / "model.safetensors", dir / "model.safetensors");
   json vocab = json::object();

@@ -26,8 +26,8 @@ using nlohmann::json;
 
 class TinyServer {
  public:
-  explicit TinyServer(ServerOptions options = {}) {
-    kvq::test::write_tiny_chat_model(dir_.path());
+  explicit TinyServer(ServerOptions options = {}, const std::string& variant = "gqa") {
+    kvq::test::write_tiny_chat_model(dir_.path(), variant);
     source_ = runtime::open_model_source(dir_.path());
     options.model_name = "tiny";
     options.port = 0;

@@ -472,6 +472,26 @@ TEST(Serve, PromptsBeyondTheKvPoolAreRefusedUpFront) {
   EXPECT_EQ(server.post("/v1/completions", greedy("x", 40)).first, 200);
 }
 
+// A sliding-window model's sequences reserve the blocks their rings fill (model/kv_cache.h), not
+// prompt + max_tokens tokens of full-length layers: here mistral's window of 24 in a ring of
+// 24 - 1 + 32 rows on both layers, so a 200-token sequence takes 55 tokens' bytes, 4 blocks of 16.
+TEST(Serve, SlidingWindowSequencesReserveTheirRingsBytes) {
+  ServerOptions options;
+  options.scheduler.kv_cache.window_chunk = 32;
+  options.scheduler.kv_cache_bytes = 16 * 512 * 5;  // 5 blocks: 80 tokens at full length
+  TinyServer server(options, "mistral");
+  EXPECT_EQ(server.metric("kvq_kv_blocks_free"), 5);
+  const auto hooks = slow_down(*server.source().model, 2ms);
+  auto running = std::async(std::launch::async,
+                            [&] { return server.post("/v1/completions", greedy("a", 190)); });
+  ASSERT_TRUE(wait_for([&] { return server.metric("kvq_running_sequences") == 1; }));
+  EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 4);
+  const auto [status, body] = running.get();
+  EXPECT_EQ(status, 200) << body.dump();
+  EXPECT_EQ(body["usage"]["completion_tokens"], 190);
+  EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 0);
+}
+
 TEST(Serve, AClientThatLeavesMidStreamFreesItsBlocks) {
   TinyServer server;
   const auto hooks = slow_down(*server.source().model, 2ms);
