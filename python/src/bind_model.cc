@@ -169,14 +169,17 @@ pyb::array packed_view(pyb::object self, const model::KvCache& c, std::int64_t l
                    std::vector<pyb::ssize_t>{c.kv_heads() * rows * rb, rows * rb, rb, 1},
                    buf.rows(0, 0).row(first), self);
   } else {
-    a = pyb::array(pyb::dtype::of<std::uint8_t>(), shape);
-    auto* out = static_cast<std::uint8_t*>(a.mutable_data());
+    // array_t, as decoded(): pybind11 2.10's pyb::array(dtype, shape) read every element from one
+    // byte.
+    pyb::array_t<std::uint8_t> copy(shape);
+    std::uint8_t* out = copy.mutable_data();
     for (std::int64_t b = 0; b < c.batch(); ++b) {
       for (std::int64_t h = 0; h < c.kv_heads(); ++h) {
         const kernels::KvRowsView v = buf.rows(b, h);
         for (std::int64_t t = 0; t < n; ++t, out += rb) std::memcpy(out, v.row(first + t), rb);
       }
     }
+    a = std::move(copy);
   }
   a.attr("setflags")(pyb::arg("write") = false);
   return a;
@@ -390,16 +393,19 @@ void bind_model(pyb::module_& m) {
       .def(
           "make_cache",
           [](const ModelPtr& s, std::int64_t capacity, const std::string& kv_cache,
-             std::int64_t batch) {
+             std::int64_t batch, std::int64_t window_chunk) {
             if (capacity <= 0) capacity = s->lm().config().max_position_embeddings;
-            const model::KvCacheConfig config =
+            model::KvCacheConfig config =
                 runtime::resolve_kv_cache(kv_cache, s->src.lifecycle.get(), s->src.dir.string());
+            config.window_chunk = window_chunk;
             return PyCache{
                 s, std::make_unique<model::KvCache>(s->lm().make_cache(batch, capacity, config))};
           },
           pyb::arg("capacity") = 0, pyb::arg("kv_cache") = "auto", pyb::arg("batch") = 1,
+          pyb::arg("window_chunk") = model::KvCacheConfig::kDefaultWindowChunk,
           "A cache for `batch` sequences of up to `capacity` tokens (0: the model's context); "
-          "kv_cache as the CLI's --kv-cache.")
+          "kv_cache as the CLI's --kv-cache. Sliding-window layers keep a ring of window - 1 + "
+          "window_chunk rows when that is shorter (0: full-length everywhere).")
       .def(
           "forward",
           [](const ModelPtr& s, pyb::handle input_ids, PyCache* cache) {

@@ -248,3 +248,21 @@ def test_bf16_weights_and_generate_from_ids():
     out = model.generate(golden["prompt0.input_ids"].tolist(), max_new_tokens=8)
     assert out["new_tokens"] == len(out["generated_ids"]) <= 8
     assert out["weights"] == "bf16" and out["kv_cache"] == "f32"
+
+
+def test_sliding_window_ring_cache_from_python():
+    # Mistral's window of 24 in a ring of 24 - 1 + 32 rows: after 100 tokens the ring holds
+    # positions 45..99, which keys() / read_keys() return in position order (a copy where the ring
+    # wrapped), equal to those positions of a full-length cache.
+    model = kvq.load_model(SOURCE_DIR / "tests" / "data" / "tiny_arch" / "mistral")
+    ids = [(i * 37 + 11) % 253 + 3 for i in range(100)]
+    ring = model.make_cache(120, kv_cache="int8", window_chunk=32)
+    full = model.make_cache(120, kv_cache="int8", window_chunk=0)
+    np.testing.assert_array_equal(model.forward(ids, cache=ring), model.forward(ids, cache=full))
+    for layer in range(ring.layers):
+        assert ring.first_position(layer) == 45 and full.first_position(layer) == 0
+        keys = ring.keys(layer)
+        assert keys.shape == (1, 2, 55, full.keys(layer).shape[3]) and not keys.flags.writeable
+        np.testing.assert_array_equal(keys, full.keys(layer)[:, :, 45:])
+        np.testing.assert_array_equal(ring.values(layer), full.values(layer)[:, :, 45:])
+        np.testing.assert_array_equal(ring.read_keys(layer), full.read_keys(layer)[:, :, 45:])
