@@ -271,11 +271,13 @@ TEST(Attention, Int8QueryScoresDecodeUsesTheInt8QueryScores) {
 // anywhere in a tile, decode with every split, a window of 1 (each query sees itself only) and
 // one longer than the sequence (no effect). The same tolerance as above; and where the window
 // hides keys the output must move (so a kernel ignoring it fails).
+// A case with a sliding window of `window` keys.
+struct WindowCase {
+  Case c;
+  std::int64_t window;
+};
+
 TEST(Attention, SlidingWindowMatchesReference) {
-  struct WindowCase {
-    Case c;
-    std::int64_t window;
-  };
   const WindowCase cases[] = {
       {{4, 2, 16, 7, 0}, 3},       {{9, 3, 64, 100, 0}, 40},   {{6, 2, 16, 65, 64}, 64},
       {{8, 2, 128, 40, 200}, 100}, {{2, 1, 64, 130, 0}, 1},    {{4, 4, 32, 31, 5}, 1000},
@@ -325,11 +327,7 @@ TEST(Attention, SlidingWindowMatchesReference) {
 // format, on the prefill and decode paths, wherever the wrap falls in a key tile (ring lengths
 // from the minimum, window - 1 + q_len, up). (Sinks in a ring: SlidingWindowRing.* in the engine.)
 TEST(Attention, SlidingWindowRingEqualsRowsInPositionOrder) {
-  struct RingCase {
-    Case c;
-    std::int64_t window;
-  };
-  const RingCase cases[] = {
+  const WindowCase cases[] = {
       {{4, 2, 16, 7, 30}, 5},     {{9, 3, 64, 100, 150}, 40}, {{6, 2, 16, 65, 64}, 64},
       {{4, 2, 16, 1, 300}, 24},   {{9, 3, 64, 1, 1000}, 300}, {{8, 8, 32, 1, 129}, 64},
       {{2, 1, 32, 32, 500}, 100},
