@@ -377,6 +377,8 @@ BENCHMARK(BM_ModelDecodeBatch)
     ->Arg(2)
     ->Arg(4)
     ->Arg(8)
+    ->Arg(12)
+    ->Arg(16)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -77,8 +77,8 @@ struct Gsm8kOptions {
   model::KvCacheConfig kv_cache;
   bool progress = true;  // progress bar on stderr (drawn only on a terminal)
   // Questions generated together: each is prefilled alone, then those in flight decode one token
-  // each per step, reading every weight once for all of them. Up to 8 (the batched GEMV) the
-  // generations are bit-identical to one question at a time; beyond, sgemm's rounding may differ.
+  // each per step, reading every weight once for up to 8 of them (the batched GEMV); the
+  // generations are bit-identical to one question at a time.
   std::int64_t batch = 8;
   // JSONL of finished questions, appended as each finishes: those found there (same index and
   // prompt) are not generated again, so an interrupted run resumes. The caller names the file

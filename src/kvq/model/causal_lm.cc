@@ -44,6 +44,18 @@ void apply_linear(const float* x, const LinearWeight& w, float* y, std::int64_t 
   }
 }
 
+// m rows that are separate sequences' decode steps (one position each): the batched GEMV over at
+// most kMaxBatchedGemvRows rows at a time, which gives every row the bits it gets alone. sgemm,
+// which apply_linear takes beyond that, sums in another order, and a sequence's tokens would
+// then depend on how many others run beside it (kvq serve); it is not faster here either (it
+// reads the weights once but does the arithmetic at a fraction of its peak with m = 16).
+void apply_linear_rows(const float* x, const LinearWeight& w, float* y, std::int64_t m,
+                       std::int64_t n, std::int64_t k) {
+  for (std::int64_t r = 0; r < m; r += kernels::kMaxBatchedGemvRows) {
+    apply_linear(x + r * k, w, y + r * n, std::min(kernels::kMaxBatchedGemvRows, m - r), n, k);
+  }
+}
+
 }  // namespace
 
 struct CausalLM::Layer {
@@ -573,8 +585,10 @@ void CausalLM::Pass::to_heads(const std::vector<float>& src, std::vector<float>&
 
 void CausalLM::Pass::linear(const float* x, const LinearWeight& w, float* y, std::int64_t out,
                             std::int64_t in) {
+  // One new token per sequence: rows are independent decode steps (see apply_linear_rows).
+  const auto run = S == 1 ? apply_linear_rows : apply_linear;
   if (w.input == nullptr) {
-    apply_linear(x, w, y, rows, out, in);
+    run(x, w, y, rows, out, in);
     return;
   }
   quantized_input.assign(x, x + rows * in);
@@ -583,7 +597,7 @@ void CausalLM::Pass::linear(const float* x, const LinearWeight& w, float* y, std
   const std::int64_t groups = shared ? 1 : batch, per = shared ? batch : 1;
   for (std::int64_t g = 0; g < groups; ++g)
     w.input->apply(quantized_input.data() + g * per * S * in, per, S, in);
-  apply_linear(quantized_input.data(), w, y, rows, out, in);
+  run(quantized_input.data(), w, y, rows, out, in);
 }
 
 void CausalLM::Pass::layer(std::int64_t l) {
@@ -756,7 +770,11 @@ Tensor CausalLM::logits_for(const std::vector<float>& hidden, std::int64_t batch
                 static_cast<std::size_t>(hid) * sizeof(float));
   }
   Tensor out(DType::kF32, {batch, 1, vocab});
-  compute_logits(last.data(), batch, out.f32());
+  // One row per sequence: each gets its logits as alone (apply_linear_rows).
+  for (std::int64_t r = 0; r < batch; r += kernels::kMaxBatchedGemvRows) {
+    compute_logits(last.data() + r * hid, std::min(kernels::kMaxBatchedGemvRows, batch - r),
+                   out.f32() + r * vocab);
+  }
   return out;
 }
 

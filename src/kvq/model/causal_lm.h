@@ -154,11 +154,10 @@ class CausalLM {
                        LogitsMode mode = LogitsMode::kAll);
 
   // One decode step of several independent sequences, each in its own cache (batch 1, its own
-  // length): tokens[i] is appended to *caches[i]. Logits [n, vocab]. Up to
-  // kernels::kMaxBatchedGemvRows sequences, row i is bit-identical to
-  // forward({tokens[i]}, *caches[i]) (the batched GEMV reads each weight once for all of them);
-  // beyond that, equal up to sgemm's summation order. InvalidArgument when the counts differ, a
-  // cache is given twice, or one is full.
+  // length): tokens[i] is appended to *caches[i]. Logits [n, vocab]. Row i is bit-identical to
+  // forward({tokens[i]}, *caches[i]), however many sequences run (the batched GEMV reads each
+  // weight once for up to kernels::kMaxBatchedGemvRows of them at a time). InvalidArgument when
+  // the counts differ, a cache is given twice, or one is full.
   Tensor decode_step(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches);
 
   // The final-norm hidden states [batch, S, hidden] without the lm_head, for callers that turn

@@ -12,9 +12,8 @@
 //   4. runs ONE CausalLM::decode_step over every decoding sequence, each in its own cache, and
 //      samples each one's next token with its own Sampler.
 // So requests join and leave the batch at every step. A sequence's chunk boundaries depend only on
-// its own prompt and decode_step rows are bit-identical to decoding alone up to
-// kernels::kMaxBatchedGemvRows sequences, so its tokens and logprobs do not depend on what else
-// runs (with --max-seqs above that, equal within sgemm's rounding).
+// its own prompt and decode_step rows are bit-identical to decoding alone (for any --max-seqs),
+// so its tokens and logprobs do not depend on what else runs.
 #pragma once
 
 #include <condition_variable>

@@ -30,7 +30,8 @@ class Engine : public ::testing::Test {
   std::unique_ptr<CausalLM> model_;
 };
 
-// More sequences than the batched GEMV takes: sgemm, equal within its rounding.
+// More sequences than the batched GEMV takes at once: it runs over them 8 at a time, so every
+// row is still bit for bit the one decoding alone gives (sgemm would differ in the last bits).
 TEST_F(Engine, DecodeStepOfManySequences) {
   std::vector<KvCache> caches;
   std::vector<KvCache*> ptrs;
@@ -47,7 +48,7 @@ TEST_F(Engine, DecodeStepOfManySequences) {
     model_->forward(std::span(kPrompt).first(static_cast<std::size_t>(1 + i)), c);
     const std::int32_t one[1] = {tokens[static_cast<std::size_t>(i)]};
     const Tensor single = model_->forward(one, c);
-    EXPECT_LE(max_abs_diff(batched.f32() + i * 256, single.f32(), 256), kTol) << i;
+    EXPECT_EQ(max_abs_diff(batched.f32() + i * 256, single.f32(), 256), 0.0f) << i;
   }
 }
 

@@ -6,7 +6,8 @@
 // parallelised over output rows with OpenMP (kvq::num_threads()). A decode step of a few
 // sequences at once (1 < m <= kMaxBatchedGemvRows) runs the batched GEMV: each weight row is read
 // once for all m inputs, and every output row is bit-identical to the single-input GEMV's, so a
-// sequence decoded in a batch gets exactly the logits it gets alone.
+// sequence decoded in a batch gets exactly the logits it gets alone (CausalLM feeds more
+// sequences' decode rows to it kMaxBatchedGemvRows at a time, never to sgemm).
 //
 // bf16 weights (std::uint16_t holding the top 16 bits of an fp32) halve the bytes a decode step
 // reads. x, the products, the accumulation and y stay fp32: a weight is widened exactly (a 16-bit
