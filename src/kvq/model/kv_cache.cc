@@ -583,11 +583,7 @@ std::int64_t KvCache::attended_bytes(std::int64_t context) const {
 }
 
 std::int64_t KvCache::allocated_bytes() const {
-  std::int64_t total = 0;
-  for (std::size_t l = 0; l < keys_.size(); ++l) {
-    total += (keys_[l].bytes_per_token() + values_[l].bytes_per_token()) * keys_[l].rows() * batch_;
-  }
-  return total;
+  return allocated_bytes(layers(), batch_, kv_heads_, head_dim_, capacity_, config_, windows_);
 }
 
 std::int64_t KvCache::bytes_per_token() const {
