@@ -10,6 +10,14 @@ token (TTFT) and inter-token latency (ITL, the gaps between streamed chunks) at 
   bench/serve_load.py --url http://127.0.0.1:8000 --clients 1,4,8,16 --prompt-tokens 512 \\
       --max-tokens 256 --json out.jsonl
 
+With --chat QUESTIONS.jsonl the requests are chat completions of real questions instead (the
+"question" field of each line, e.g. GSM8K test, in order, greedy, ending at the model's own end
+of turn), and --max-tokens 0 leaves max_tokens out as chat clients usually do (the server then
+allows up to the context): the load where a paged KV cache pays, since a sequence holds blocks
+for what it generated, not for what it might.
+
+  bench/serve_load.py --chat ../shared/data/gsm8k/test.jsonl --max-tokens 0 --clients 16
+
 Timings mean something only on a quiet machine (check `uptime`; no build running).
 """
 import argparse
@@ -51,15 +59,23 @@ def wait_healthy(proc, port, log, timeout_s=300):
 
 
 def one_request(url, prompt, max_tokens, model):
-    """Streams one completion; returns (ttft_s, [itl_s...], completion_tokens) or raises."""
+    """Streams one completion (a chat completion when `prompt` is a string: a question);
+    returns (ttft_s, [itl_s...], completion_tokens) or raises."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=600)
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    chat = isinstance(prompt, str)
+    body = {"temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body.update({"prompt": prompt, "ignore_eos": True})
+    if max_tokens > 0:
+        body["max_tokens"] = max_tokens
     if model:
         body["model"] = model
     start = time.perf_counter()
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
@@ -74,7 +90,8 @@ def one_request(url, prompt, max_tokens, model):
         chunk = json.loads(data)
         if chunk.get("usage"):
             usage_tokens = chunk["usage"]["completion_tokens"]
-        if not chunk.get("choices") or not chunk["choices"][0].get("text"):
+        choice = chunk["choices"][0] if chunk.get("choices") else {}
+        if not (choice.get("text") or choice.get("delta", {}).get("content")):
             continue
         tokens += 1  # one token per chunk (kvq and llama-server stream token by token)
         now = time.perf_counter()
@@ -90,8 +107,12 @@ def one_request(url, prompt, max_tokens, model):
 
 
 def run_round(args, clients, rng):
-    prompts = [[rng.randrange(100, args.vocab) for _ in range(args.prompt_tokens)]
-               for _ in range(clients * args.requests)]
+    n = clients * args.requests
+    if args.chat:
+        prompts = [args.questions[i % len(args.questions)] for i in range(n)]
+    else:
+        prompts = [[rng.randrange(100, args.vocab) for _ in range(args.prompt_tokens)]
+                   for _ in range(n)]
     ttft, itl, tokens, errors = [], [], [0], []
     lock = threading.Lock()
 
@@ -117,7 +138,8 @@ def run_round(args, clients, rng):
         t.join()
     wall = time.perf_counter() - start
     return {"clients": clients, "requests": clients * args.requests, "errors": len(errors),
-            "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
+            "prompt_tokens": None if args.chat else args.prompt_tokens,
+            "max_tokens": args.max_tokens or None, "chat": args.chat or None,
             "output_tokens": tokens[0], "wall_s": wall, "output_tok_s": tokens[0] / wall,
             "ttft_p50_s": percentile(ttft, 0.5), "ttft_p99_s": percentile(ttft, 0.99),
             "itl_p50_s": percentile(itl, 0.5), "itl_p99_s": percentile(itl, 0.99),
@@ -131,11 +153,15 @@ def main():
     p.add_argument("--clients", default="1,4,8,16,32", help="comma-separated client counts")
     p.add_argument("--requests", type=int, default=2, help="requests per client per round")
     p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=256, help="0: not sent (the server's default)")
+    p.add_argument("--chat", default="", help="JSONL of questions: chat completions of these")
     p.add_argument("--vocab", type=int, default=49152, help="random prompt ids are below this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default="", help="append one JSON line per round to this file")
     args = p.parse_args()
+    if args.chat:
+        with open(args.chat) as f:
+            args.questions = [json.loads(line)["question"] for line in f if line.strip()]
     rng = random.Random(args.seed)
     print(f"{'clients':>7} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} "
           f"{'ITL p99':>8} {'errors':>6}")

@@ -60,17 +60,17 @@ void run_serve(const ServeArgs& a) {
   io::set_interrupt_handler([&stop_signal](int sig) { stop_signal.store(sig); });
 
   const serve::SchedulerStats stats = server.scheduler().stats();
-  std::fprintf(stderr,
-               "[kvq serve] %s on http://%s:%d (OpenAI API: /v1/completions, "
-               "/v1/chat/completions); KV cache %s, %lld bytes/token, %lld blocks of %lld tokens "
-               "(%lld tokens) in %lld MiB; up to %lld sequences at once\n",
-               options.model_name.c_str(), a.host.c_str(), port,
-               options.scheduler.kv_cache.describe().c_str(),
-               static_cast<long long>(stats.kv_bytes_per_token),
-               static_cast<long long>(stats.blocks_total),
-               static_cast<long long>(stats.block_tokens),
-               static_cast<long long>(stats.blocks_total * stats.block_tokens),
-               static_cast<long long>(a.kv_cache_memory_mib), static_cast<long long>(a.max_seqs));
+  std::fprintf(
+      stderr,
+      "[kvq serve] %s on http://%s:%d (OpenAI API: /v1/completions, "
+      "/v1/chat/completions); KV cache %s, %lld bytes/token, %lld blocks of %lld "
+      "positions of a layer (%lld tokens) in %lld MiB; up to %lld sequences at once\n",
+      options.model_name.c_str(), a.host.c_str(), port,
+      options.scheduler.kv_cache.describe().c_str(),
+      static_cast<long long>(stats.kv_bytes_per_token), static_cast<long long>(stats.blocks_total),
+      static_cast<long long>(stats.block_tokens),
+      static_cast<long long>(stats.blocks_total * stats.block_bytes / stats.kv_bytes_per_token),
+      static_cast<long long>(a.kv_cache_memory_mib), static_cast<long long>(a.max_seqs));
   std::thread listener([&] { server.listen(); });
   while (stop_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "[kvq serve] signal %d: finishing the running requests, then exiting\n",
@@ -97,13 +97,14 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--weights", a->weights, kWeightsHelp)->capture_default_str();
   cmd->add_option("--kv-cache-memory", a->kv_cache_memory_mib,
-                  "KV cache budget in MiB, shared by every sequence (blocks of 16 tokens; a "
-                  "request reserves its prompt + max_tokens)")
+                  "KV cache budget in MiB: one pool of blocks (16 positions of a layer) that "
+                  "sequences take as they grow; when it runs out, the youngest sequence is "
+                  "preempted and recomputed later")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
       ->capture_default_str();
   cmd->add_option("--max-seqs", a->max_seqs,
-                  "Sequences decoded together (up to 8 every result is bit-identical to running "
-                  "alone; beyond, equal within sgemm rounding)")
+                  "Sequences decoded together (every result is bit-identical to running alone, "
+                  "unless the KV pool ran out and preempted it)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
       ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue,

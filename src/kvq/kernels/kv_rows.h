@@ -10,8 +10,11 @@
 // packed cache computes what an fp32 cache holding those values (fake quantization) computes.
 //
 // Sliding-window layers keep a RING of rows (KvCacheConfig::window_chunk): position t is stored in
-// row t % ring_rows, so rows [t0, t0 + n) are contiguous only up to the ring's end; kernels take
-// them in runs (run()), which changes no result (scores are per row, P·V adds rows in order).
+// row t % ring_rows, so rows [t0, t0 + n) are contiguous only up to the ring's end. A PAGED cache
+// (kvq serve's block pool, model/kv_block_pool.h) keeps its rows in fixed-size blocks: row r in
+// blocks[r / block_rows] at block_offset + (r % block_rows) · row_bytes. Kernels take rows in runs
+// (run()) that end where the ring wraps or a block ends, which changes no result (scores are per
+// row, P·V adds rows in order).
 //
 // Decoded value of element i of row t:
 //   f32/bf16/f16/fp8/int8/int4:  (code_i - zero_point) * scale
@@ -32,7 +35,7 @@ using quant::KvFormat;
 
 struct KvRowsView {
   KvFormat format = KvFormat::kF32;
-  const std::byte* data = nullptr;  // [capacity or ring_rows, row_bytes]; row(t) is position t's
+  const std::byte* data = nullptr;  // [capacity or ring_rows, row_bytes]; unused when paged
   std::int64_t row_bytes = 0;       // kv_row_bytes(format, head_dim)
   std::int64_t head_dim = 0;
   float scale = 1.0f;         // stream dequant scale (ignored by nvfp4)
@@ -44,6 +47,11 @@ struct KvRowsView {
   bool int8_query_scores = false;
   // > 0: a ring of this many rows (position t in row t % ring_rows); 0: row t is position t.
   std::int64_t ring_rows = 0;
+  // Paged: row r lives in block r / block_rows, at blocks[r / block_rows] + block_offset +
+  // (r % block_rows) · row_bytes. nullptr: rows are contiguous from `data`.
+  const std::byte* const* blocks = nullptr;
+  std::int64_t block_rows = 0;
+  std::int64_t block_offset = 0;
   // Rows [0, sink_rows) are bf16 rows of kv_row_bytes(kBF16, head_dim) bytes at sink_data.
   const std::byte* sink_data = nullptr;
   std::int64_t sink_rows = 0;
@@ -66,13 +74,21 @@ struct KvRowsView {
   quant::RowCodec codec() const { return {format, head_dim, scale, zero_point, global_scale}; }
   // Position t's row (a sink position's is unused: see sinks()).
   const std::byte* row(std::int64_t t) const {
-    return data + (ring_rows > 0 ? t % ring_rows : t) * row_bytes;
+    const std::int64_t r = ring_rows > 0 ? t % ring_rows : t;
+    if (blocks != nullptr)
+      return blocks[r / block_rows] + block_offset + r % block_rows * row_bytes;
+    return data + r * row_bytes;
   }
   // How many of positions [t0, t0 + n) lie in consecutive rows from row(t0) (n unless the ring
-  // wraps inside them).
+  // wraps or a block ends inside them).
   std::int64_t run(std::int64_t t0, std::int64_t n) const {
-    if (ring_rows == 0) return n;
-    const std::int64_t to_end = ring_rows - t0 % ring_rows;
+    std::int64_t r = t0, to_end = n;
+    if (ring_rows > 0) {
+      r = t0 % ring_rows;
+      to_end = ring_rows - r;
+    }
+    if (blocks != nullptr && block_rows - r % block_rows < to_end)
+      to_end = block_rows - r % block_rows;
     return n < to_end ? n : to_end;
   }
 

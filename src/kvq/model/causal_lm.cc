@@ -420,10 +420,21 @@ std::vector<std::int64_t> CausalLM::attention_windows() const {
   return windows;
 }
 
-KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity,
-                             const KvCacheConfig& config) const {
+KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity, const KvCacheConfig& config,
+                             KvBlockPool* pool) const {
   return KvCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, config_.head_dim,
-                 capacity, config, attention_windows());
+                 capacity, config, attention_windows(), pool);
+}
+
+std::int64_t CausalLM::kv_block_bytes(const KvCacheConfig& config,
+                                      std::int64_t block_tokens) const {
+  return KvCache::block_bytes(config_.num_key_value_heads, config_.head_dim, config, block_tokens);
+}
+
+std::int64_t CausalLM::cache_blocks(std::int64_t tokens, const KvCacheConfig& config,
+                                    std::int64_t block_tokens) const {
+  return KvCache::blocks_for(tokens, config_.num_hidden_layers, tokens, config, block_tokens,
+                             attention_windows());
 }
 
 std::int64_t CausalLM::cache_bytes(std::int64_t batch, std::int64_t capacity,
@@ -511,6 +522,12 @@ CausalLM::Pass::Pass(CausalLM& model, std::span<const std::int32_t> tokens, std:
     if (cache.length() + S > cache.capacity()) {
       fail<InvalidArgument>("forward: {} cached + {} new tokens exceed the KV cache capacity {}",
                             cache.length(), S, cache.capacity());
+    }
+    if (const std::int64_t missing = cache.blocks_missing(cache.length() + S); missing > 0) {
+      fail<InvalidArgument>(
+          "forward: the paged KV cache lacks {} blocks for positions [{}, {}): reserve them first "
+          "(KvCache::reserve)",
+          missing, cache.length(), cache.length() + S);
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (caches[j] == caches[i])

@@ -129,14 +129,20 @@ class CausalLM {
 
   // A cache for `batch` sequences of up to `capacity` tokens as `config` says (kv_cache.h;
   // InvalidArgument naming the layer when its scales are missing or not calibrated).
-  KvCache make_cache(std::int64_t batch, std::int64_t capacity,
-                     const KvCacheConfig& config = {}) const;
+  // With a pool: a paged cache (batch 1) taking its rows from the pool's blocks (kv_cache.h).
+  KvCache make_cache(std::int64_t batch, std::int64_t capacity, const KvCacheConfig& config = {},
+                     KvBlockPool* pool = nullptr) const;
   // KvCacheConfig::of(format): f32 / bf16 / f16, or nvfp4 with dynamic global scales.
   KvCache make_cache(std::int64_t batch, std::int64_t capacity, KvFormat format) const;
   // The bytes of K / V rows make_cache(batch, capacity, config) would allocate (sliding-window
   // layers keep rings: kv_cache.h), without allocating them.
   std::int64_t cache_bytes(std::int64_t batch, std::int64_t capacity,
                            const KvCacheConfig& config) const;
+  // Paged caches: the bytes of one layer's block of block_tokens positions (KvBlockPool's
+  // block_bytes), and the blocks a paged cache of `tokens` positions holds (rings included).
+  std::int64_t kv_block_bytes(const KvCacheConfig& config, std::int64_t block_tokens) const;
+  std::int64_t cache_blocks(std::int64_t tokens, const KvCacheConfig& config,
+                            std::int64_t block_tokens) const;
   // Per layer the sliding window its attention reads, 0 for a global layer.
   std::vector<std::int64_t> attention_windows() const;
 

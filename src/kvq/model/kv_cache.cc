@@ -127,7 +127,7 @@ KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std:
 
 KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
                    std::int64_t capacity, std::int64_t head_dim, std::int64_t sink_rows,
-                   std::int64_t ring_rows)
+                   std::int64_t ring_rows, std::int64_t block_rows)
     : format_(format),
       batch_(batch),
       kv_heads_(kv_heads),
@@ -138,6 +138,9 @@ KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
       sink_rows_(std::min(sink_rows, capacity)),
       sink_row_bytes_(static_cast<std::int64_t>(quant::kv_row_bytes(KvFormat::kBF16, head_dim))) {
   KVQ_CHECK(sink_rows >= 0, "KV buffer: {} sink rows", sink_rows);
+  KVQ_CHECK(block_rows >= 0 && (block_rows == 0 || batch == 1),
+            "KV buffer: {} rows per block, batch {}", block_rows, batch);
+  block_rows_ = block_rows;
   const auto heads = static_cast<std::size_t>(kv_heads);
   params_.scale.assign(heads, 1.0f);
   params_.zero_point.assign(heads, 0.0f);
@@ -145,8 +148,10 @@ KvBuffer::KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads,
   const bool global = quant::kv_format_traits(format).global_scale;
   params_.global_scale.assign(heads, global ? kNaN : 1.0f);
   dynamic_.assign(heads, global);
-  const std::int64_t total = batch * kv_heads * rows_ * row_bytes_;
-  bytes_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(total));
+  if (block_rows_ == 0) {
+    const std::int64_t total = batch * kv_heads * rows_ * row_bytes_;
+    bytes_ = std::make_unique<std::byte[]>(static_cast<std::size_t>(total));
+  }
   if (sink_rows_ > 0) {
     sink_bytes_ = std::make_unique<std::byte[]>(
         static_cast<std::size_t>(batch * kv_heads * sink_rows_ * sink_row_bytes_));
@@ -209,6 +214,10 @@ void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states, std:
             first, first + count, n);
   KVQ_CHECK(count <= rows_, "KV write of {} positions into a ring of {} rows", count, rows_);
   if (count == 0) return;
+  // Rows fill from 0 (a ring wraps only once all are written): the last position decides.
+  KVQ_CHECK(std::min(pos + first + count, rows_) <= usable_rows(),
+            "KV write up to position {}: the paged buffer holds {} rows (KvCache::reserve)",
+            pos + first + count, usable_rows());
   const std::int64_t d = head_dim_;
   // Positions below sink_rows_ are sink rows: bf16, apart, and not seen by fix_dynamic.
   fix_dynamic(n, std::clamp<std::int64_t>(sink_rows_ - pos, 0, n), states);
@@ -245,7 +254,13 @@ kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
   const auto hs = static_cast<std::size_t>(h);
   kernels::KvRowsView v;
   v.format = format_;
-  v.data = bytes_.get() + (b * kv_heads_ + h) * rows_ * row_bytes_;
+  if (block_rows_ > 0) {
+    v.blocks = blocks_.data();
+    v.block_rows = block_rows_;
+    v.block_offset = h * block_rows_ * row_bytes_;
+  } else {
+    v.data = bytes_.get() + (b * kv_heads_ + h) * rows_ * row_bytes_;
+  }
   v.ring_rows = ring() ? rows_ : 0;
   v.row_bytes = row_bytes_;
   v.head_dim = head_dim_;
@@ -259,6 +274,10 @@ kernels::KvRowsView KvBuffer::rows(std::int64_t b, std::int64_t h) const {
     v.sink_rows = sink_rows_;
   }
   return v;
+}
+
+std::int64_t KvBuffer::usable_rows() const {
+  return block_rows_ > 0 ? std::min(rows_, blocks() * block_rows_) : rows_;
 }
 
 std::vector<float> KvBuffer::read(std::int64_t first, std::int64_t n) const {
@@ -341,8 +360,13 @@ std::int64_t KvCache::allocated_bytes(std::int64_t layers, std::int64_t batch,
 
 KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
                  std::int64_t head_dim, std::int64_t capacity, const KvCacheConfig& spec,
-                 std::span<const std::int64_t> layer_windows)
-    : batch_(batch), kv_heads_(kv_heads), head_dim_(head_dim), capacity_(capacity), config_(spec) {
+                 std::span<const std::int64_t> layer_windows, KvBlockPool* pool)
+    : batch_(batch),
+      kv_heads_(kv_heads),
+      head_dim_(head_dim),
+      capacity_(capacity),
+      config_(spec),
+      pool_(pool) {
   if (layers <= 0 || batch <= 0 || kv_heads <= 0 || head_dim <= 0 || capacity <= 0) {
     fail<InvalidArgument>(
         "KV cache: layers {}, batch {}, kv_heads {}, head_dim {}, capacity {} must all be > 0",
@@ -400,9 +424,24 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
         quant::kv_format_name(spec.format), head_dim);
   }
   if (spec.sink_tokens != 0) check_sink_tokens(spec);
-  check_fits_in_memory(static_cast<double>(allocated_bytes(layers, batch, kv_heads, head_dim,
-                                                           capacity, spec, windows_)),
-                       capacity, batch, spec.format);
+  std::int64_t block_rows = 0;
+  if (pool != nullptr) {
+    if (batch != 1)
+      fail<InvalidArgument>("KV cache: a paged cache holds 1 sequence, not {}", batch);
+    block_rows = pool->block_tokens();
+    if (const std::int64_t want = block_bytes(kv_heads, head_dim, spec, block_rows);
+        pool->block_bytes() != want) {
+      fail<InvalidArgument>(
+          "KV cache ({}): the block pool's blocks have {} bytes, this cache's {} ({} tokens of "
+          "{} kv heads)",
+          spec.label(), pool->block_bytes(), want, block_rows, kv_heads);
+    }
+    lease_.pool = pool;
+  } else {
+    check_fits_in_memory(static_cast<double>(allocated_bytes(layers, batch, kv_heads, head_dim,
+                                                             capacity, spec, windows_)),
+                         capacity, batch, spec.format);
+  }
   keys_.reserve(static_cast<std::size_t>(layers));
   values_.reserve(static_cast<std::size_t>(layers));
   for (std::int64_t l = 0; l < layers; ++l) {
@@ -411,14 +450,88 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     KvStreamParams vp = stream_params(spec, l, kv_heads, "v");
     const std::int64_t rows =
         layer_rows(capacity, windows_[static_cast<std::size_t>(l)], spec.window_chunk);
-    keys_.emplace_back(spec.k_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens,
-                       rows);
+    keys_.emplace_back(spec.k_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens, rows,
+                       block_rows);
     values_.emplace_back(spec.v_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens,
-                         rows);
+                         rows, block_rows);
     keys_.back().set_params(std::move(kp));
     keys_.back().set_int8_query_scores(spec.int8_query_scores);
     values_.back().set_params(std::move(vp));
   }
+}
+
+KvCache::BlockLease& KvCache::BlockLease::operator=(BlockLease&& o) noexcept {
+  if (this != &o) {
+    if (pool != nullptr && !blocks.empty()) pool->give_back(blocks);
+    pool = o.pool;
+    blocks = std::move(o.blocks);
+    o.blocks.clear();
+  }
+  return *this;
+}
+
+KvCache::BlockLease::~BlockLease() {
+  if (pool != nullptr && !blocks.empty()) pool->give_back(blocks);
+}
+
+std::int64_t KvCache::block_bytes(std::int64_t kv_heads, std::int64_t head_dim,
+                                  const KvCacheConfig& config, std::int64_t block_tokens) {
+  return block_tokens * kv_heads *
+         static_cast<std::int64_t>(quant::kv_row_bytes(config.k_format(), head_dim) +
+                                   quant::kv_row_bytes(config.v_format(), head_dim));
+}
+
+namespace {
+
+std::int64_t blocks_of_rows(std::int64_t rows, std::int64_t block_tokens) {
+  return (rows + block_tokens - 1) / block_tokens;
+}
+
+}  // namespace
+
+std::int64_t KvCache::blocks_for(std::int64_t tokens, std::int64_t layers, std::int64_t capacity,
+                                 const KvCacheConfig& config, std::int64_t block_tokens,
+                                 std::span<const std::int64_t> layer_windows) {
+  std::int64_t n = 0;
+  for (std::int64_t l = 0; l < layers; ++l) {
+    const std::int64_t w = layer_windows.empty() ? 0 : layer_windows[static_cast<std::size_t>(l)];
+    n += blocks_of_rows(std::min(tokens, layer_rows(capacity, w, config.window_chunk)),
+                        block_tokens);
+  }
+  return n;
+}
+
+std::int64_t KvCache::blocks_missing(std::int64_t tokens) const {
+  if (!paged()) return 0;
+  std::int64_t n = 0;
+  for (const KvBuffer& k : keys_) {
+    n += std::max<std::int64_t>(
+        0, blocks_of_rows(std::min(tokens, k.rows()), k.block_rows()) - k.blocks());
+  }
+  return n;
+}
+
+bool KvCache::reserve(std::int64_t tokens) {
+  if (tokens < 0 || tokens > capacity_) {
+    fail<InvalidArgument>("KV cache reserve of {} tokens: capacity is {}", tokens, capacity_);
+  }
+  const std::int64_t missing = blocks_missing(tokens);
+  if (missing == 0) return true;
+  std::vector<std::byte*> taken;
+  if (!pool_->take(missing, taken)) return false;
+  lease_.blocks.insert(lease_.blocks.end(), taken.begin(), taken.end());
+  // A block: [K: kv_heads, block_rows, k_row_bytes][V: kv_heads, block_rows, v_row_bytes].
+  auto next = taken.begin();
+  for (std::size_t l = 0; l < keys_.size(); ++l) {
+    KvBuffer &k = keys_[l], &v = values_[l];
+    const std::int64_t want = blocks_of_rows(std::min(tokens, k.rows()), k.block_rows());
+    while (k.blocks() < want) {
+      std::byte* block = *next++;
+      k.add_block(block);
+      v.add_block(block + kv_heads_ * k.block_rows() * k.row_bytes());
+    }
+  }
+  return true;
 }
 
 KvBuffer& KvCache::keys(std::int64_t layer) { return keys_.at(static_cast<std::size_t>(layer)); }
@@ -583,6 +696,7 @@ std::int64_t KvCache::attended_bytes(std::int64_t context) const {
 }
 
 std::int64_t KvCache::allocated_bytes() const {
+  if (paged()) return blocks() * pool_->block_bytes();
   return allocated_bytes(layers(), batch_, kv_heads_, head_dim_, capacity_, config_, windows_);
 }
 

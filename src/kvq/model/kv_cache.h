@@ -12,6 +12,10 @@
 // query from t on can see. A forward feeds such a layer at most window_chunk new tokens at a time
 // (the model splits longer ones), so every row a chunk's queries see is still there when they
 // attend; decode needs only `window` rows. Memory then stays fixed however long the context.
+// A PAGED cache (batch 1; kvq serve) keeps no allocation of its own: its rows live in blocks of a
+// KvBlockPool (model/kv_block_pool.h), a block table per layer, taken as the sequence grows
+// (reserve()); rows, rings and formats are the same, so its logits are bit for bit a contiguous
+// cache's.
 // Keys are stored post-RoPE, both before GQA head repetition, exactly what the key/value hooks
 // saw (after they ran).
 //
@@ -66,6 +70,7 @@
 #include <vector>
 
 #include "kvq/kernels/kv_rows.h"
+#include "kvq/model/kv_block_pool.h"
 #include "kvq/quant/formats.h"
 
 namespace kvq::model {
@@ -191,9 +196,11 @@ class KvBuffer {
  public:
   // Rows of positions [0, sink_rows) are kept in bf16 apart from the packed rows (attention
   // sinks, KvCacheConfig::sink_tokens). ring_rows in (0, capacity): a ring of that many rows
-  // (see the top of this file); else `capacity` rows.
+  // (see the top of this file); else `capacity` rows. block_rows > 0 (batch 1): paged, the rows
+  // live in blocks given by add_block (none at first); else one allocation.
   KvBuffer(KvFormat format, std::int64_t batch, std::int64_t kv_heads, std::int64_t capacity,
-           std::int64_t head_dim, std::int64_t sink_rows = 0, std::int64_t ring_rows = 0);
+           std::int64_t head_dim, std::int64_t sink_rows = 0, std::int64_t ring_rows = 0,
+           std::int64_t block_rows = 0);
 
   // Encodes states [batch, kv_heads, n, head_dim] (fp32, contiguous), positions [pos, pos + n),
   // into their rows.
@@ -235,6 +242,15 @@ class KvBuffer {
   std::int64_t rows() const { return rows_; }
   bool ring() const { return rows_ < capacity_; }
 
+  // Paged buffers: rows per block (0: contiguous), and the rows the blocks given so far hold
+  // (rows() when contiguous). Writing a row beyond them is a programming error (KvCache::reserve).
+  std::int64_t block_rows() const { return block_rows_; }
+  std::int64_t blocks() const { return static_cast<std::int64_t>(blocks_.size()); }
+  std::int64_t usable_rows() const;
+  // Appends a block: `base` is where this buffer's part of it starts, [kv_heads, block_rows,
+  // row_bytes] (kv_block_pool.h).
+  void add_block(std::byte* base) { blocks_.push_back(base); }
+
  private:
   // Fixes the unfixed dynamic parameters that rows [skip, n) of states [batch, kv_heads, n,
   // head_dim] allow.
@@ -251,7 +267,9 @@ class KvBuffer {
   KvStreamParams params_;
   std::vector<bool> dynamic_;  // [kv_heads] the scale (nvfp4: global scale) is dynamic
   bool int8_query_scores_ = false;
-  std::unique_ptr<std::byte[]> bytes_;
+  std::unique_ptr<std::byte[]> bytes_;  // contiguous: [batch, kv_heads, rows, row_bytes]
+  std::int64_t block_rows_ = 0;         // paged: rows per block, blocks_ this buffer's parts
+  std::vector<std::byte*> blocks_;
   std::unique_ptr<std::byte[]> sink_bytes_;  // [batch, kv_heads, sink_rows, sink_row_bytes]
 };
 
@@ -261,10 +279,12 @@ class KvCache {
   // config's scales are missing, not calibrated (NaN), <= 0, of the wrong size, or a zero point
   // is not an integer code of the format. layer_windows: empty, or per layer the sliding window
   // its attention reads (0: every position), which sizes its ring (config.window_chunk; what
-  // CausalLM::make_cache passes).
+  // CausalLM::make_cache passes). With a pool: a paged cache (batch 1) whose rows come from the
+  // pool's blocks as reserve() asks (none at first); InvalidArgument when the pool's blocks are
+  // not this cache's block_bytes. The pool must outlive the cache.
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
           std::int64_t capacity, const KvCacheConfig& config = {},
-          std::span<const std::int64_t> layer_windows = {});
+          std::span<const std::int64_t> layer_windows = {}, KvBlockPool* pool = nullptr);
   // KvCacheConfig::of(format): f32 / bf16 / f16, or nvfp4 with dynamic global scales.
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads, std::int64_t head_dim,
           std::int64_t capacity, KvFormat format)
@@ -313,7 +333,7 @@ class KvCache {
   std::int64_t bytes_per_token() const;
   // K and V bytes a decode step at this context reads (each layer's window of it).
   std::int64_t attended_bytes(std::int64_t context) const;
-  // Bytes of K and V rows allocated (sink rows and parameters aside).
+  // Bytes of K and V rows allocated (sink rows and parameters aside); paged: the blocks held.
   std::int64_t allocated_bytes() const;
   // What a cache of these arguments would allocate, without allocating it (admission control).
   static std::int64_t allocated_bytes(std::int64_t layers, std::int64_t batch,
@@ -323,12 +343,42 @@ class KvCache {
   // Whether some parameter is dynamic (fixed from the data, not calibrated).
   bool has_dynamic_scales() const;
 
+  // Paged caches. A block of one layer: block_tokens positions of its K and V, every kv head.
+  static std::int64_t block_bytes(std::int64_t kv_heads, std::int64_t head_dim,
+                                  const KvCacheConfig& config, std::int64_t block_tokens);
+  // Blocks a paged cache of this capacity holds once positions [0, tokens) have rows: per layer
+  // ceil(min(tokens, its rows) / block_tokens) (a ring needs no more than its rows).
+  static std::int64_t blocks_for(std::int64_t tokens, std::int64_t layers, std::int64_t capacity,
+                                 const KvCacheConfig& config, std::int64_t block_tokens,
+                                 std::span<const std::int64_t> layer_windows = {});
+  bool paged() const { return pool_ != nullptr; }
+  // Makes positions [0, tokens) writable (tokens <= capacity): takes the blocks still missing
+  // from the pool, all or none; false when the pool has too few free. Always true unpaged.
+  bool reserve(std::int64_t tokens);
+  // Blocks held (0 unpaged), and how many more reserve(tokens) would take.
+  std::int64_t blocks() const { return static_cast<std::int64_t>(lease_.blocks.size()); }
+  std::int64_t blocks_missing(std::int64_t tokens) const;
+
  private:
+  // The pool's blocks a paged cache holds, given back when it goes (moves with the cache).
+  struct BlockLease {
+    KvBlockPool* pool = nullptr;
+    std::vector<std::byte*> blocks;
+    BlockLease() = default;
+    BlockLease(BlockLease&& o) noexcept : pool(o.pool), blocks(std::move(o.blocks)) {
+      o.blocks.clear();
+    }
+    BlockLease& operator=(BlockLease&& o) noexcept;
+    ~BlockLease();
+  };
+
   std::int64_t batch_, kv_heads_, head_dim_, capacity_;
   KvCacheConfig config_;
   std::int64_t length_ = 0;
   std::vector<std::int64_t> windows_;  // [layers] 0 = no sliding window
   std::vector<KvBuffer> keys_, values_;
+  KvBlockPool* pool_ = nullptr;  // paged: where reserve() takes blocks
+  BlockLease lease_;
 };
 
 }  // namespace kvq::model

@@ -64,16 +64,33 @@ TokenLogprob token_logprob(std::span<const float> logits, std::int32_t target, i
 
 struct Scheduler::Running {
   std::shared_ptr<Sequence> seq;
-  std::int64_t blocks = 0;
-  std::optional<model::KvCache> cache;     // freed when the sequence finishes
+  std::int64_t arrival = 0;                // admission order: preemption takes the youngest
+  std::optional<model::KvCache> cache;     // paged; freed when it finishes or is preempted
   std::optional<model::ForwardPass> pass;  // the prompt chunk whose layers run, if any
   model::Sampler sampler;
-  std::int64_t prefilled = 0;   // prompt tokens in the cache
-  std::int32_t next_input = 0;  // the last sampled token, the next decode step's input
-  std::int64_t new_tokens = 0;  // sampled so far (a stop id included)
-  std::string text;             // the new tokens' bytes, cut before a stop string
+  // After a preemption: the prompt and every sampled token but the last, prefilled again.
+  std::vector<std::int32_t> recompute;
+  std::int64_t prefilled = 0;         // input() tokens in the cache
+  std::int32_t next_input = 0;        // the last sampled token, the next decode step's input
+  std::int64_t new_tokens = 0;        // sampled so far (a stop id included)
+  std::vector<std::int32_t> sampled;  // those tokens
+  std::string text;                   // the new tokens' bytes, cut before a stop string
   std::vector<TokenLogprob> prompt_logprobs;
-  bool done = false;
+  bool done = false, preempted = false;
+
+  // What the prefill feeds: the prompt, or after a preemption what the cache held.
+  std::span<const std::int32_t> input() const {
+    return recompute.empty() ? std::span<const std::int32_t>(seq->request().prompt)
+                             : std::span<const std::int32_t>(recompute);
+  }
+  bool prefilling() const { return prefilled < static_cast<std::int64_t>(input().size()); }
+  bool active() const { return !done && !preempted; }
+  bool decoding() const { return active() && !prefilling() && new_tokens > 0; }
+  // Cache positions: the prompt and every new token but the last.
+  std::int64_t capacity() const {
+    const SequenceRequest& r = seq->request();
+    return static_cast<std::int64_t>(r.prompt.size()) + std::max<std::int64_t>(r.max_tokens, 0);
+  }
 };
 
 Scheduler::Scheduler(model::CausalLM& model, const tok::Tokenizer& tokenizer,
@@ -83,7 +100,8 @@ Scheduler::Scheduler(model::CausalLM& model, const tok::Tokenizer& tokenizer,
       options_(std::move(options)),
       bytes_per_token_(model.make_cache(1, 1, options_.kv_cache).bytes_per_token()),
       vocab_(static_cast<std::size_t>(model.config().vocab_size)),
-      pool_(options_.kv_cache_bytes, bytes_per_token_, options_.block_tokens) {
+      pool_(options_.kv_cache_bytes, options_.block_tokens,
+            model.kv_block_bytes(options_.kv_cache, options_.block_tokens)) {
   if (options_.max_seqs < 1)
     fail<InvalidArgument>("--max-seqs must be >= 1, got {}", options_.max_seqs);
   if (options_.max_queue < 0)
@@ -105,13 +123,14 @@ Scheduler::~Scheduler() {
   work_.notify_all();
   thread_.join();
   for (auto& r : running_) finish(*r, FinishReason::kCancelled);
+  for (auto& r : preempted_) finish(*r, FinishReason::kCancelled);
   for (auto& s : waiting_) {
     s->update([](SequenceOutput& o) { o.finish = FinishReason::kCancelled; });
   }
 }
 
 std::int64_t Scheduler::blocks_for(std::int64_t tokens) const {
-  return pool_.blocks_for_bytes(model_.cache_bytes(1, tokens, options_.kv_cache));
+  return model_.cache_blocks(tokens, options_.kv_cache, options_.block_tokens);
 }
 
 void Scheduler::submit(std::span<const std::shared_ptr<Sequence>> sequences) {
@@ -122,12 +141,13 @@ void Scheduler::submit(std::span<const std::shared_ptr<Sequence>> sequences) {
   for (const auto& s : sequences) {
     const SequenceRequest& r = s->request();
     const std::int64_t tokens = static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens;
-    if (blocks_for(tokens) > pool_.total()) {
+    if (const std::int64_t need = blocks_for(tokens); need > pool_.total()) {
       throw RequestError(
           400,
-          fmt::format("prompt + max_tokens = {} tokens need more KV cache than the server has "
-                      "({} tokens in {} blocks: --kv-cache-memory); lower max_tokens",
-                      tokens, pool_.total() * pool_.block_tokens(), pool_.total()),
+          fmt::format("prompt + max_tokens = {} tokens need {} KV blocks, more than the server "
+                      "has ({} blocks of {} tokens of a layer: --kv-cache-memory); lower "
+                      "max_tokens",
+                      tokens, need, pool_.total(), pool_.block_tokens()),
           "max_tokens");
     }
   }
@@ -147,17 +167,19 @@ void Scheduler::submit(std::span<const std::shared_ptr<Sequence>> sequences) {
 void Scheduler::drain() {
   std::unique_lock lock(mutex_);
   draining_ = true;
-  idle_.wait(lock, [&] { return waiting_.empty() && running_count_ == 0; });
+  idle_.wait(lock,
+             [&] { return waiting_.empty() && running_count_ == 0 && preempted_count_ == 0; });
 }
 
 SchedulerStats Scheduler::stats() const {
   std::lock_guard lock(mutex_);
   SchedulerStats s = totals_;
   s.running = running_count_;
-  s.waiting = static_cast<std::int64_t>(waiting_.size());
+  s.waiting = static_cast<std::int64_t>(waiting_.size()) + preempted_count_;
   s.blocks_total = pool_.total();
   s.blocks_used = pool_.used();
   s.block_tokens = pool_.block_tokens();
+  s.block_bytes = pool_.block_bytes();
   s.kv_bytes_per_token = bytes_per_token_;
   s.draining = draining_;
   return s;
@@ -167,92 +189,137 @@ void Scheduler::loop() {
   while (true) {
     {
       std::unique_lock lock(mutex_);
-      work_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running_.empty(); });
+      work_.wait(lock, [&] {
+        return stop_ || !waiting_.empty() || !running_.empty() || !preempted_.empty();
+      });
       if (stop_) return;
     }
     admit();
     drop_cancelled();
     prefill();
+    grow();
     decode();
-    std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->done; });
+    // The preempted wait, by arrival, ahead of the queue.
+    for (auto& r : running_) {
+      if (r->done || !r->preempted) continue;
+      const auto at = std::upper_bound(
+          preempted_.begin(), preempted_.end(), r->arrival,
+          [](std::int64_t a, const std::unique_ptr<Running>& p) { return a < p->arrival; });
+      preempted_.insert(at, std::move(r));
+    }
+    std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return !r || r->done; });
     std::lock_guard lock(mutex_);
     running_count_ = static_cast<std::int64_t>(running_.size());
-    if (running_.empty() && waiting_.empty()) idle_.notify_all();
+    preempted_count_ = static_cast<std::int64_t>(preempted_.size());
+    if (running_.empty() && waiting_.empty() && preempted_.empty()) idle_.notify_all();
   }
 }
 
+bool Scheduler::start(Running& r) {
+  model::KvCache cache = model_.make_cache(1, r.capacity(), options_.kv_cache, &pool_);
+  const auto first = static_cast<std::int64_t>(r.input().size()) + 1;
+  if (!cache.reserve(std::min(first, r.capacity()))) return false;
+  r.cache.emplace(std::move(cache));
+  r.preempted = false;
+  return true;
+}
+
 void Scheduler::admit() {
-  std::vector<std::pair<std::shared_ptr<Sequence>, std::int64_t>> admitted;
-  {
-    std::lock_guard lock(mutex_);
-    while (!waiting_.empty()) {
-      std::shared_ptr<Sequence> s = waiting_.front();
+  const auto seats = [&] { return static_cast<std::int64_t>(running_.size()) < options_.max_seqs; };
+  // Preempted sequences first: they came before everything in the queue.
+  while (!preempted_.empty() && seats()) {
+    Running& r = *preempted_.front();
+    std::string error;
+    try {
+      if (!start(r)) break;  // no blocks yet
+    } catch (const std::bad_alloc&) {
+      error = "out of memory allocating the KV cache";
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (!error.empty()) finish(r, FinishReason::kError, std::move(error));
+    if (!r.done) running_.push_back(std::move(preempted_.front()));
+    preempted_.pop_front();
+  }
+  // Then the queue, first come first served: no overtaking.
+  while (preempted_.empty() && seats()) {
+    std::shared_ptr<Sequence> s;
+    {
+      std::lock_guard lock(mutex_);
+      if (waiting_.empty()) break;
+      s = waiting_.front();
       if (s->cancelled()) {  // gone before it ran: nothing to free
         waiting_.pop_front();
         s->update([](SequenceOutput& o) { o.finish = FinishReason::kCancelled; });
         ++totals_.sequences_finished;
         continue;
       }
-      if (static_cast<std::int64_t>(running_.size() + admitted.size()) >= options_.max_seqs) break;
-      const SequenceRequest& r = s->request();
-      const std::int64_t blocks =
-          blocks_for(static_cast<std::int64_t>(r.prompt.size()) + r.max_tokens);
-      if (!pool_.try_reserve(blocks)) break;  // first come, first served: no overtaking
-      waiting_.pop_front();
-      totals_.prompt_tokens += static_cast<std::int64_t>(r.prompt.size());
-      admitted.emplace_back(std::move(s), blocks);
     }
-    running_count_ = static_cast<std::int64_t>(running_.size() + admitted.size());
-  }
-  for (auto& [seq, blocks] : admitted) {
-    const SequenceRequest& r = seq->request();
     auto run = std::make_unique<Running>();
-    run->seq = seq;
-    run->blocks = blocks;
+    run->seq = s;
+    std::string error;
     try {
-      run->cache = model_.make_cache(
-          1, static_cast<std::int64_t>(r.prompt.size()) + std::max<std::int64_t>(r.max_tokens, 0),
-          options_.kv_cache);
-      run->sampler = model::Sampler(r.sampling);
+      run->sampler = model::Sampler(s->request().sampling);
+      if (!start(*run)) break;  // no blocks yet
     } catch (const std::bad_alloc&) {
-      finish(*run, FinishReason::kError, "out of memory allocating the KV cache");
-      continue;
+      error = "out of memory allocating the KV cache";
     } catch (const Error& e) {
-      finish(*run, FinishReason::kError, e.what());
+      error = e.what();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      waiting_.pop_front();  // still s: only this thread pops
+      totals_.prompt_tokens += static_cast<std::int64_t>(s->request().prompt.size());
+    }
+    if (!error.empty()) {
+      finish(*run, FinishReason::kError, std::move(error));
       continue;
     }
+    run->arrival = arrivals_++;
     running_.push_back(std::move(run));
   }
+  std::sort(running_.begin(), running_.end(),
+            [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
+  std::lock_guard lock(mutex_);
+  running_count_ = static_cast<std::int64_t>(running_.size());
+  preempted_count_ = static_cast<std::int64_t>(preempted_.size());
 }
 
 void Scheduler::drop_cancelled() {
   for (auto& r : running_) {
     if (!r->done && r->seq->cancelled()) finish(*r, FinishReason::kCancelled);
   }
+  for (auto& r : preempted_) {
+    if (r->seq->cancelled()) finish(*r, FinishReason::kCancelled);
+  }
+  std::erase_if(preempted_, [](const std::unique_ptr<Running>& r) { return r->done; });
 }
 
 void Scheduler::prefill() {
   auto it = std::find_if(running_.begin(), running_.end(), [](const std::unique_ptr<Running>& r) {
-    return !r->done && r->prefilled < static_cast<std::int64_t>(r->seq->request().prompt.size());
+    return r->active() && r->prefilling();
   });
   if (it == running_.end()) return;
   Running& r = **it;
   const SequenceRequest& req = r.seq->request();
-  const auto prompt_len = static_cast<std::int64_t>(req.prompt.size());
-  const std::int64_t n = std::min(options_.prefill_chunk, prompt_len - r.prefilled);
+  const std::span<const std::int32_t> input = r.input();
+  const auto input_len = static_cast<std::int64_t>(input.size());
+  const std::int64_t n = std::min(options_.prefill_chunk, input_len - r.prefilled);
+  // A preempted sequence's recompute: its prompt logprobs went out already, and it samples on
+  // from its last token.
+  const bool recompute = r.new_tokens > 0;
+  const bool prompt_logprobs = req.prompt_logprobs && !recompute;
   // Sequences that decode wait for this step's prefill: give it prefill_step_ms (at least one
   // layer, so it always advances), the whole chunk when nobody waits or the budget is 0.
-  const bool others_wait = std::any_of(running_.begin(), running_.end(),
-                                       [](const auto& o) { return !o->done && o->new_tokens > 0; });
+  const bool others_wait =
+      std::any_of(running_.begin(), running_.end(), [](const auto& o) { return o->decoding(); });
   const bool budgeted = others_wait && options_.prefill_step_ms > 0;
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.prefill_step_ms);
   try {
     if (!r.pass) {
       r.pass.emplace(
-          model_,
-          std::span(req.prompt)
-              .subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n)),
+          model_, input.subspan(static_cast<std::size_t>(r.prefilled), static_cast<std::size_t>(n)),
           *r.cache);
     }
     do {
@@ -260,9 +327,9 @@ void Scheduler::prefill() {
     } while (r.pass->layers_left() > 0 && (!budgeted || std::chrono::steady_clock::now() < until));
     if (r.pass->layers_left() > 0) return;  // the next step goes on
     const Tensor logits =
-        r.pass->finish(req.prompt_logprobs ? model::LogitsMode::kAll : model::LogitsMode::kLast);
+        r.pass->finish(prompt_logprobs ? model::LogitsMode::kAll : model::LogitsMode::kLast);
     r.pass.reset();
-    if (req.prompt_logprobs) {
+    if (prompt_logprobs) {
       if (r.prefilled == 0) {
         TokenLogprob first;
         first.id = req.prompt[0];
@@ -270,7 +337,7 @@ void Scheduler::prefill() {
         r.prompt_logprobs.push_back(first);
       }
       // Row i predicts prompt token prefilled + i + 1.
-      for (std::int64_t i = 0; i < n && r.prefilled + i + 1 < prompt_len; ++i) {
+      for (std::int64_t i = 0; i < n && r.prefilled + i + 1 < input_len; ++i) {
         r.prompt_logprobs.push_back(token_logprob(
             std::span<const float>(logits.f32() + static_cast<std::size_t>(i) * vocab_, vocab_),
             req.prompt[static_cast<std::size_t>(r.prefilled + i + 1)],
@@ -278,7 +345,11 @@ void Scheduler::prefill() {
       }
     }
     r.prefilled += n;
-    if (r.prefilled < prompt_len) return;
+    if (r.prefilled < input_len) return;
+    if (recompute) {
+      r.recompute.clear();  // input() is the prompt again, prefilled
+      return;
+    }
     r.seq->update([&](SequenceOutput& o) {
       o.prefilled = true;
       o.prompt_logprobs = std::move(r.prompt_logprobs);
@@ -287,7 +358,7 @@ void Scheduler::prefill() {
       finish(r, FinishReason::kLength);
       return;
     }
-    const std::size_t last = req.prompt_logprobs ? static_cast<std::size_t>(n - 1) : 0;
+    const std::size_t last = prompt_logprobs ? static_cast<std::size_t>(n - 1) : 0;
     add_token(r, std::span<const float>(logits.f32() + last * vocab_, vocab_));
   } catch (const std::bad_alloc&) {
     finish(r, FinishReason::kError, "out of memory in the prefill");
@@ -296,12 +367,42 @@ void Scheduler::prefill() {
   }
 }
 
+void Scheduler::grow() {
+  for (auto& r : running_) {  // oldest first
+    if (!r->decoding()) continue;
+    while (!r->cache->reserve(r->cache->length() + 1)) {
+      Running* youngest = nullptr;
+      for (auto y = running_.rbegin(); youngest == nullptr; ++y) {
+        if ((*y)->active()) youngest = y->get();
+      }
+      preempt(*youngest);
+      if (youngest == r.get()) break;
+    }
+  }
+}
+
+void Scheduler::preempt(Running& r) {
+  r.pass.reset();   // it points into the cache
+  r.cache.reset();  // its blocks go back
+  r.prefilled = 0;
+  r.preempted = true;
+  if (r.new_tokens == 0) {
+    r.prompt_logprobs.clear();  // its prefill starts again
+  } else {
+    const std::vector<std::int32_t>& prompt = r.seq->request().prompt;
+    r.recompute.assign(prompt.begin(), prompt.end());
+    r.recompute.insert(r.recompute.end(), r.sampled.begin(), r.sampled.end() - 1);
+  }
+  std::lock_guard lock(mutex_);
+  ++totals_.preemptions;
+}
+
 void Scheduler::decode() {
   std::vector<Running*> batch;
   std::vector<std::int32_t> tokens;
   std::vector<model::KvCache*> caches;
   for (auto& r : running_) {
-    if (r->done || r->new_tokens == 0) continue;  // finished, or still in prefill
+    if (!r->decoding()) continue;  // finished, preempted or still in prefill
     batch.push_back(r.get());
     tokens.push_back(r->next_input);
     caches.push_back(&*r->cache);
@@ -327,6 +428,7 @@ bool Scheduler::add_token(Running& r, std::span<const float> logits) {
   const SequenceRequest& req = r.seq->request();
   const std::int32_t t = r.sampler.sample(logits);
   ++r.new_tokens;
+  r.sampled.push_back(t);
   r.next_input = t;
   {
     std::lock_guard lock(mutex_);
@@ -371,10 +473,9 @@ void Scheduler::finish(Running& r, FinishReason reason, std::string error) {
   r.done = true;
   if (reason == FinishReason::kError) log::warn("serve: a sequence failed: {}", error);
   r.pass.reset();   // it points into the cache
-  r.cache.reset();  // its memory goes now, with its blocks
+  r.cache.reset();  // its blocks go back to the pool
   {
     std::lock_guard lock(mutex_);
-    pool_.release(r.blocks);
     ++totals_.sequences_finished;
   }
   r.seq->update([&](SequenceOutput& o) {

@@ -1,19 +1,27 @@
 // Continuous batching: one scheduler thread runs every sequence the server accepted.
 //
-// Each iteration (a "step"):
-//   1. admits waiting sequences, oldest first, while a seat (--max-seqs) and KV blocks for their
-//      prompt + max_tokens are free (BlockPool), and allocates each one's KvCache with exactly
-//      that capacity;
+// Each sequence's KV cache is PAGED (model/kv_block_pool.h): its rows live in blocks of one pool
+// of --kv-cache-memory bytes (a block holds block_tokens positions of one layer's K and V), taken
+// as the sequence grows, given back when it ends. Each iteration (a "step"):
+//   1. admits sequences, oldest first — preempted ones before the queue —, while a seat
+//      (--max-seqs) and the KV blocks for their prompt and first new token are free;
 //   2. drops cancelled sequences (their blocks return to the pool);
 //   3. advances the prefill of the oldest sequence still in prefill: its prompt goes through the
 //      model in chunks of prefill_chunk tokens, and while other sequences decode, a step runs only
 //      as many of a chunk's layers as fit in prefill_step_ms (model::ForwardPass), so a long
 //      prompt never stalls the running streams for more than about that;
-//   4. runs ONE CausalLM::decode_step over every decoding sequence, each in its own cache, and
+//   4. takes a block for every decoding sequence whose next token starts one, oldest first; when
+//      the pool is out, PREEMPTS the youngest running sequence (vLLM's recompute preemption: its
+//      blocks go back, it waits ahead of the queue and later prefills its prompt and the tokens
+//      it has sampled again, then samples on where it stopped);
+//   5. runs ONE CausalLM::decode_step over every decoding sequence, each in its own cache, and
 //      samples each one's next token with its own Sampler.
 // So requests join and leave the batch at every step. A sequence's chunk boundaries depend only on
 // its own prompt and decode_step rows are bit-identical to decoding alone (for any --max-seqs),
-// so its tokens and logprobs do not depend on what else runs.
+// so its tokens and logprobs do not depend on what else runs — unless it was preempted: the
+// recomputed rows come from a prefill, not from the decode steps that first wrote them, and may
+// differ in the last bits (so may, at worst, a later greedy token). kvq_preemptions_total counts
+// them; a pool that holds every sequence's prompt + max_tokens never preempts.
 #pragma once
 
 #include <condition_variable>
@@ -26,8 +34,8 @@
 #include <vector>
 
 #include "kvq/model/causal_lm.h"
+#include "kvq/model/kv_block_pool.h"
 #include "kvq/model/kv_cache.h"
-#include "kvq/serve/block_pool.h"
 #include "kvq/serve/sequence.h"
 #include "kvq/tokenizer/tokenizer.h"
 
@@ -36,7 +44,7 @@ namespace kvq::serve {
 struct SchedulerOptions {
   model::KvCacheConfig kv_cache;            // every sequence's cache
   std::int64_t kv_cache_bytes = 1ll << 30;  // the KV block pool's budget
-  std::int64_t block_tokens = 16;           // tokens per KV block
+  std::int64_t block_tokens = 16;           // positions per KV block (of one layer)
   std::int64_t max_seqs = 8;                // sequences running at once
   std::int64_t max_queue = 64;              // sequences waiting for a seat or blocks
   std::int64_t prefill_chunk = 256;         // prompt tokens per prefill forward
@@ -47,9 +55,9 @@ struct SchedulerOptions {
 // What /metrics and /health report.
 struct SchedulerStats {
   std::int64_t running = 0, waiting = 0;
-  std::int64_t blocks_total = 0, blocks_used = 0, block_tokens = 0;
+  std::int64_t blocks_total = 0, blocks_used = 0, block_tokens = 0, block_bytes = 0;
   std::int64_t kv_bytes_per_token = 0;
-  std::int64_t sequences_finished = 0, sequences_rejected = 0;
+  std::int64_t sequences_finished = 0, sequences_rejected = 0, preemptions = 0;
   std::int64_t prompt_tokens = 0, generation_tokens = 0;  // totals since start
   std::int64_t decode_steps = 0;
   bool draining = false;
@@ -79,14 +87,20 @@ class Scheduler {
  private:
   struct Running;
   void loop();
-  void admit();  // under mutex_
+  void admit();
+  // Gives r a paged cache holding the blocks for its input and first new token; false (nothing
+  // taken) when the pool has too few free.
+  bool start(Running& r);
   void drop_cancelled();
   void prefill();
+  // Blocks for every decoding sequence's next token, preempting the youngest when out.
+  void grow();
+  void preempt(Running& r);
   void decode();
   // Samples the token after `logits` [vocab] for r; true when r finished.
   bool add_token(Running& r, std::span<const float> logits);
   void finish(Running& r, FinishReason reason, std::string error = {});
-  // KV blocks a sequence of `tokens` tokens reserves: its cache's bytes (rings included).
+  // KV blocks a sequence of `tokens` tokens holds (rings included).
   std::int64_t blocks_for(std::int64_t tokens) const;
 
   model::CausalLM& model_;
@@ -98,12 +112,15 @@ class Scheduler {
   mutable std::mutex mutex_;
   std::condition_variable work_;                   // a sequence arrived, or stop
   std::condition_variable idle_;                   // nothing runs or waits any more
-  BlockPool pool_;                                 // under mutex_
+  model::KvBlockPool pool_;                        // thread-safe
   std::deque<std::shared_ptr<Sequence>> waiting_;  // under mutex_
   std::vector<std::unique_ptr<Running>> running_;  // scheduler thread only; size under mutex_
-  std::int64_t running_count_ = 0;                 // under mutex_
-  SchedulerStats totals_;                          // counters, under mutex_
-  bool draining_ = false, stop_ = false;           // under mutex_
+  // Preempted, by arrival (oldest first); scheduler thread only, size under mutex_.
+  std::deque<std::unique_ptr<Running>> preempted_;
+  std::int64_t running_count_ = 0, preempted_count_ = 0;  // under mutex_
+  std::int64_t arrivals_ = 0;                             // scheduler thread only
+  SchedulerStats totals_;                                 // counters, under mutex_
+  bool draining_ = false, stop_ = false;                  // under mutex_
   std::thread thread_;
 };
 

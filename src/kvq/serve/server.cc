@@ -456,11 +456,17 @@ std::string Server::metrics_text() const {
   metric("kvq_generation_tokens_total", "counter", "Tokens generated.", s.generation_tokens);
   metric("kvq_decode_steps_total", "counter", "Batched decode steps run.", s.decode_steps);
   metric("kvq_running_sequences", "gauge", "Sequences in the running batch.", s.running);
-  metric("kvq_waiting_sequences", "gauge", "Sequences waiting for a seat or KV blocks.", s.waiting);
-  metric("kvq_kv_blocks_used", "gauge", "KV cache blocks reserved by running sequences.",
+  metric("kvq_waiting_sequences", "gauge",
+         "Sequences waiting for a seat or KV blocks (preempted ones included).", s.waiting);
+  metric("kvq_kv_blocks_used", "gauge",
+         "KV cache blocks held by running sequences (a block: kvq_kv_block_tokens positions of "
+         "one layer's K and V).",
          s.blocks_used);
   metric("kvq_kv_blocks_free", "gauge", "KV cache blocks free.", s.blocks_total - s.blocks_used);
-  metric("kvq_kv_block_tokens", "gauge", "Tokens per KV cache block.", s.block_tokens);
+  metric("kvq_kv_block_tokens", "gauge", "Positions per KV cache block.", s.block_tokens);
+  metric("kvq_kv_block_bytes", "gauge", "Bytes per KV cache block.", s.block_bytes);
+  metric("kvq_preemptions_total", "counter",
+         "Sequences preempted when the KV pool ran out (recomputed later).", s.preemptions);
   metric("kvq_kv_bytes_per_token", "gauge", "KV cache bytes per token of one sequence.",
          s.kv_bytes_per_token);
   return out;

@@ -42,23 +42,8 @@ class SlidingWindowRing : public ::testing::TestWithParam<std::string> {
   std::span<const std::int32_t> tokens(std::size_t from, std::size_t n) const {
     return std::span(tokens_).subspan(from, n);
   }
-  // The formats run on this row: unquantized, 8- and 4-bit dynamic, per tensor, K / V apart,
-  // sinks, and the group formats where head_dim allows (qwen3 / gemma3: 32).
-  std::vector<KvCacheConfig> formats() const {
-    std::vector<KvCacheConfig> out = {
-        KvCacheConfig::of(KvFormat::kF32),
-        KvCacheConfig::of(KvFormat::kBF16),
-        KvCacheConfig::dynamic(KvFormat::kINT8),
-        KvCacheConfig::dynamic(KvFormat::kFP8E4M3, KvScaleGranularity::kTensor),
-        KvCacheConfig::dynamic(KvFormat::kNVFP4),
-        KvCacheConfig::dynamic(KvFormat::kINT4, KvScaleGranularity::kHead, false, KvFormat::kBF16),
-    };
-    KvCacheConfig sinks = KvCacheConfig::dynamic(KvFormat::kINT8);
-    sinks.sink_tokens = 3;
-    out.push_back(sinks);
-    if (config().head_dim % 32 == 0) out.push_back(KvCacheConfig::dynamic(KvFormat::kINT4G32));
-    return out;
-  }
+  // The formats run on this row (storage_test_formats: qwen3 / gemma3 have group formats).
+  std::vector<KvCacheConfig> formats() const { return storage_test_formats(config().head_dim); }
 
   std::unique_ptr<CausalLM> model_;
   std::vector<std::int64_t> windows_;

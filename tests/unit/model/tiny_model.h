@@ -54,4 +54,22 @@ inline bool bit_identical(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.to_f32_vector() == b.to_f32_vector();
 }
 
+// The cache formats a storage test (rings, paging) runs: unquantized, 8- and 4-bit dynamic, per
+// tensor, K / V apart, sinks, and a group format where head_dim allows (% 32).
+inline std::vector<KvCacheConfig> storage_test_formats(std::int64_t head_dim) {
+  std::vector<KvCacheConfig> out = {
+      KvCacheConfig::of(KvFormat::kF32),
+      KvCacheConfig::of(KvFormat::kBF16),
+      KvCacheConfig::dynamic(KvFormat::kINT8),
+      KvCacheConfig::dynamic(KvFormat::kFP8E4M3, KvScaleGranularity::kTensor),
+      KvCacheConfig::dynamic(KvFormat::kNVFP4),
+      KvCacheConfig::dynamic(KvFormat::kINT4, KvScaleGranularity::kHead, false, KvFormat::kBF16),
+  };
+  KvCacheConfig sinks = KvCacheConfig::dynamic(KvFormat::kINT8);
+  sinks.sink_tokens = 3;
+  out.push_back(sinks);
+  if (head_dim % 32 == 0) out.push_back(KvCacheConfig::dynamic(KvFormat::kINT4G32));
+  return out;
+}
+
 }  // namespace kvq::model::test

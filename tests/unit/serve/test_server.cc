@@ -69,7 +69,10 @@ TEST(Serve, HealthModelsAndMetrics) {
   EXPECT_EQ(server.metric("kvq_kv_bytes_per_token"), 3 * 2 * 16 * 2 * 4);
   EXPECT_EQ(server.metric("kvq_kv_block_tokens"), 16);
   EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 0);
-  EXPECT_EQ(server.metric("kvq_kv_blocks_free"), (4 << 20) / (16 * 768));
+  // A block: 16 positions of one layer's K and V.
+  EXPECT_EQ(server.metric("kvq_kv_block_bytes"), 16 * 768 / 3);
+  EXPECT_EQ(server.metric("kvq_kv_blocks_free"), (4 << 20) / (16 * 768 / 3));
+  EXPECT_EQ(server.metric("kvq_preemptions_total"), 0);
   EXPECT_EQ(server.metric("kvq_running_sequences"), 0);
   EXPECT_EQ(server.metric("kvq_waiting_sequences"), 0);
 }
@@ -472,24 +475,75 @@ TEST(Serve, PromptsBeyondTheKvPoolAreRefusedUpFront) {
   EXPECT_EQ(server.post("/v1/completions", greedy("x", 40)).first, 200);
 }
 
-// A sliding-window model's sequences reserve the blocks their rings fill (model/kv_cache.h), not
-// prompt + max_tokens tokens of full-length layers: here mistral's window of 24 in a ring of
-// 24 - 1 + 32 rows on both layers, so a 200-token sequence takes 55 tokens' bytes, 4 blocks of 16.
-TEST(Serve, SlidingWindowSequencesReserveTheirRingsBytes) {
+// A sliding-window model's sequences hold the blocks their rings fill (model/kv_cache.h), not
+// those of full-length layers: here mistral's window of 24 in a ring of 24 - 1 + 32 = 55 rows on
+// both layers, 4 blocks of 16 each, so a 200-token sequence runs in a pool of 10 blocks (80
+// positions per layer at full length) without a preemption.
+TEST(Serve, SlidingWindowSequencesHoldTheirRingsBlocks) {
   ServerOptions options;
   options.scheduler.kv_cache.window_chunk = 32;
-  options.scheduler.kv_cache_bytes = 16 * 512 * 5;  // 5 blocks: 80 tokens at full length
+  options.scheduler.kv_cache_bytes = 16 * 512 * 5;  // 10 blocks of 16 positions of a layer
   TinyServer server(options, "mistral");
-  EXPECT_EQ(server.metric("kvq_kv_blocks_free"), 5);
+  EXPECT_EQ(server.metric("kvq_kv_blocks_free"), 10);
   const auto hooks = slow_down(*server.source().model, 2ms);
   auto running = std::async(std::launch::async,
                             [&] { return server.post("/v1/completions", greedy("a", 190)); });
-  ASSERT_TRUE(wait_for([&] { return server.metric("kvq_running_sequences") == 1; }));
-  EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 4);
+  ASSERT_TRUE(wait_for([&] { return server.metric("kvq_generation_tokens_total") >= 100; }));
+  EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 8);
   const auto [status, body] = running.get();
   EXPECT_EQ(status, 200) << body.dump();
   EXPECT_EQ(body["usage"]["completion_tokens"], 190);
   EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 0);
+  EXPECT_EQ(server.metric("kvq_preemptions_total"), 0);
+}
+
+// Blocks are taken as sequences grow: a pool that holds one request's prompt + max_tokens but
+// not six at once admits them all, and when it runs out the youngest is preempted (its blocks go
+// back), prefilled again later and finished. Every request gets its max_tokens tokens, the ones it
+// gets alone, and the pool ends empty.
+TEST(Serve, AFullPoolPreemptsTheYoungestAndEveryRequestFinishes) {
+  ServerOptions options;
+  options.scheduler.kv_cache_bytes = 24 * 16 * 256;  // 24 blocks: 8 of 16 positions per layer
+  TinyServer server(options);
+  std::vector<json> requests;
+  for (int i = 0; i < 6; ++i) {
+    json r = greedy("request " + std::to_string(i), 100);  // 7 blocks per layer at the end
+    r["logprobs"] = 1;
+    requests.push_back(r);
+  }
+  std::vector<json> alone;
+  for (const json& r : requests) {
+    const auto [status, body] = server.post("/v1/completions", r);
+    ASSERT_EQ(status, 200) << body.dump();
+    alone.push_back(body["choices"][0]);
+  }
+  EXPECT_EQ(server.metric("kvq_preemptions_total"), 0);
+  std::vector<std::future<std::pair<int, json>>> futures;
+  for (const json& r : requests) {
+    futures.push_back(
+        std::async(std::launch::async, [&server, r] { return server.post("/v1/completions", r); }));
+  }
+  for (std::size_t i = 0; i < futures.size(); ++i) {
+    const auto [status, body] = futures[i].get();
+    ASSERT_EQ(status, 200) << body.dump();
+    EXPECT_EQ(body["usage"]["completion_tokens"], 100) << i;
+    const json& tokens = body["choices"][0]["logprobs"]["tokens"];
+    ASSERT_EQ(tokens.size(), 100u) << i;
+    // A preempted sequence's cache rows are recomputed by a prefill, not the decode steps that
+    // first wrote them: equal up to rounding, far below the tiny model's greedy margins, so the
+    // tokens are alone's and the logprobs agree closely (a wrong recompute would derail both).
+    EXPECT_EQ(tokens, alone[i]["logprobs"]["tokens"]) << i;
+    const json& lp = body["choices"][0]["logprobs"]["token_logprobs"];
+    for (std::size_t t = 0; t < lp.size(); ++t) {
+      ASSERT_NEAR(lp[t].get<double>(), alone[i]["logprobs"]["token_logprobs"][t].get<double>(),
+                  1e-4)
+          << i << " token " << t;
+    }
+  }
+  EXPECT_GT(server.metric("kvq_preemptions_total"), 0);
+  EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 0);
+  EXPECT_EQ(server.metric("kvq_waiting_sequences"), 0);
+  EXPECT_TRUE(wait_for([&] { return server.metric("kvq_running_sequences") == 0; }));
 }
 
 TEST(Serve, AClientThatLeavesMidStreamFreesItsBlocks) {
