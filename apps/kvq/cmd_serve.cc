@@ -25,6 +25,7 @@ struct ServeArgs {
   int port = 8000;
   std::int64_t kv_cache_memory_mib = 1024, max_seqs = 8, max_queue = 64, ctx = 0;
   std::int64_t prefill_step_ms = serve::SchedulerOptions{}.prefill_step_ms;
+  std::int64_t block_size = serve::SchedulerOptions{}.block_tokens;
 };
 
 void run_serve(const ServeArgs& a) {
@@ -52,6 +53,7 @@ void run_serve(const ServeArgs& a) {
   options.scheduler.max_seqs = a.max_seqs;
   options.scheduler.max_queue = a.max_queue;
   options.scheduler.prefill_step_ms = a.prefill_step_ms;
+  options.scheduler.block_tokens = a.block_size;
   serve::Server server(src, options);
   const int port = server.bind();
 
@@ -97,10 +99,15 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--weights", a->weights, kWeightsHelp)->capture_default_str();
   cmd->add_option("--kv-cache-memory", a->kv_cache_memory_mib,
-                  "KV cache budget in MiB: one pool of blocks (16 positions of a layer) that "
-                  "sequences take as they grow; when it runs out, the youngest sequence is "
+                  "KV cache budget in MiB: one pool of blocks (--block-size positions of a layer) "
+                  "that sequences take as they grow; when it runs out, the youngest sequence is "
                   "preempted and recomputed later")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
+      ->capture_default_str();
+  cmd->add_option("--block-size", a->block_size,
+                  "Positions per KV block (vLLM's --block-size): smaller wastes less of a "
+                  "sequence's last block, larger means fewer, longer runs of rows per block")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
       ->capture_default_str();
   cmd->add_option("--max-seqs", a->max_seqs,
                   "Sequences decoded together (every result is bit-identical to running alone, "

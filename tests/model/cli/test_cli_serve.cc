@@ -59,7 +59,7 @@ TEST(CliServe, AnswersAndExitsZeroOnSigterm) {
     dup2(fd, 2);
     const std::string bin = kvq_binary().string(), model = dir.path().string();
     execl(bin.c_str(), bin.c_str(), "serve", "--model", model.c_str(), "--port", "0", "--kv-cache",
-          "int8", "--kv-cache-memory", "4", nullptr);
+          "int8", "--kv-cache-memory", "4", "--block-size", "32", nullptr);
     _exit(127);
   }
   // "[kvq serve] NAME on http://127.0.0.1:PORT ..."
@@ -74,6 +74,7 @@ TEST(CliServe, AnswersAndExitsZeroOnSigterm) {
   }
   ASSERT_GT(port, 0) << read_all(log);
   EXPECT_NE(read_all(log).find("int8:head"), std::string::npos) << read_all(log);
+  EXPECT_NE(read_all(log).find("blocks of 32 positions"), std::string::npos) << read_all(log);
 
   httplib::Client c("127.0.0.1", port);
   const nlohmann::json body = {{"prompt", "Hello"}, {"max_tokens", 8}, {"temperature", 0}};
@@ -90,6 +91,9 @@ TEST(CliServe, BadFlagsFailBeforeLoading) {
   const CliResult r = run_kvq({"serve", "--model", "/nonexistent", "--kv-cache-memory", "0"}, 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--kv-cache-memory"), std::string::npos) << r.err;
+  const CliResult b = run_kvq({"serve", "--model", "/nonexistent", "--block-size", "0"}, 60);
+  EXPECT_NE(b.exit_code, 0);
+  EXPECT_NE(b.err.find("--block-size"), std::string::npos) << b.err;
   const CliResult k = run_kvq({"serve", "--model", "/nonexistent", "--kv-cache", "int9"}, 60);
   EXPECT_NE(k.exit_code, 0);
   EXPECT_NE(k.err.find("int9"), std::string::npos) << k.err;
