@@ -15,6 +15,7 @@
 #include "kvq/core/error.h"
 #include "kvq/core/log.h"
 #include "kvq/eval/utf8_stream.h"
+#include "kvq/serve/client_socket.h"
 #include "kvq/serve/openai_protocol.h"
 #include "kvq/serve/token_text.h"
 
@@ -298,11 +299,19 @@ void Server::completions(const httplib::Request& req, httplib::Response& res, bo
   info.prompt_tokens = prepared.prompt_tokens;
 
   if (!r.stream) {
+    // Nothing is written until the answer is whole: a client that hangs up meanwhile is noticed
+    // on its socket, and its sequences are cancelled (their blocks freed).
+    const int client = find_client_socket(req.remote_addr, req.remote_port);
     for (std::size_t i = 0; i < prepared.sequences.size(); ++i) {
       std::uint64_t version = 0;
       SequenceOutput& out = prepared.choices[i].output;
       do {
         version = prepared.sequences[i]->wait(version, kKeepAlive, out);
+        if (out.finish == FinishReason::kNone && peer_closed(client)) {
+          for (const auto& s : prepared.sequences) s->cancel();
+          res.status = 499;  // nginx's "client closed request", for /metrics: nobody reads it
+          return;
+        }
       } while (out.finish == FinishReason::kNone);
       if (out.finish == FinishReason::kError) {
         send_error(res, sequence_error(out));

@@ -568,6 +568,22 @@ TEST(Serve, AClientThatLeavesMidStreamFreesItsBlocks) {
   EXPECT_LT(server.metric("kvq_generation_tokens_total"), 200);  // cancelled, not finished
 }
 
+// A client that gives up on a whole (non-streaming) answer: nothing was written to it, so the
+// handler watches its socket and cancels the sequence when the peer closes it.
+TEST(Serve, AClientThatGivesUpOnAWholeAnswerFreesItsBlocks) {
+  TinyServer server;
+  const auto hooks = slow_down(*server.source().model, 2ms);
+  {
+    httplib::Client c = server.client();
+    c.set_read_timeout(std::chrono::milliseconds(300));
+    EXPECT_FALSE(c.Post("/v1/completions", greedy("leave", 200).dump(), "application/json"));
+  }  // the connection closes here
+  EXPECT_TRUE(wait_for([&] { return server.metric("kvq_sequences_finished_total") == 1; }));
+  EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 0);
+  EXPECT_LT(server.metric("kvq_generation_tokens_total"), 200);  // cancelled, not finished
+  EXPECT_EQ(server.post("/v1/completions", greedy("next", 4)).first, 200);
+}
+
 TEST(Serve, ShutdownDrainsTheRunningRequests) {
   auto server = std::make_unique<TinyServer>();
   const auto hooks = slow_down(*server->source().model, 1ms);
