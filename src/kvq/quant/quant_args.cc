@@ -64,15 +64,17 @@ std::string_view enum_name(E value, const std::array<std::pair<std::string_view,
   return {};
 }
 
-// pydantic's "Input should be 'a', 'b' or 'c'" for strict enum fields.
+// pydantic's "Input should be 'a', 'b' or 'c' [type=enum, input_value='x', input_type=str]" for
+// strict enum fields: the choices and the value given.
 template <class E, std::size_t N>
-std::string pydantic_enum_message(const std::array<std::pair<std::string_view, E>, N>& table) {
+std::string pydantic_enum_message(const std::array<std::pair<std::string_view, E>, N>& table,
+                                  std::string_view given) {
   std::string out = "Input should be ";
   for (std::size_t i = 0; i < N; ++i) {
     if (i > 0) out += (i + 1 == N) ? " or " : ", ";
     out += fmt::format("'{}'", table[i].first);
   }
-  return out;
+  return out + fmt::format(" [type=enum, input_value='{}', input_type=str]", given);
 }
 
 const std::vector<std::string_view> kArgsFields = {
@@ -127,12 +129,12 @@ QuantizationStrategy parse_quantization_strategy(std::string_view text) {
 QuantizationStatus parse_quantization_status(std::string_view text) {
   for (const auto& [name, value] : kStatuses)
     if (name == text) return value;
-  throw ConfigError(pydantic_enum_message(kStatuses));
+  throw ConfigError(pydantic_enum_message(kStatuses, text));
 }
 CompressionFormat parse_compression_format(std::string_view text) {
   for (const auto& [name, value] : kFormats)
     if (name == text) return value;
-  throw ConfigError(pydantic_enum_message(kFormats));
+  throw ConfigError(pydantic_enum_message(kFormats, text));
 }
 
 DType parse_torch_dtype(std::string_view text) {

@@ -140,6 +140,7 @@ TEST(CompressedLinearRefusals, NameWhatIsUnsupported) {
   std::string e = load_error(config_with("w4a16", "format", "bogus-format", true), "w4a16");
   // (the config parser's pydantic-style message names the field and the formats it knows)
   EXPECT_NE(e.find("group_0: format: Input should be 'dense'"), std::string::npos) << e;
+  EXPECT_NE(e.find("input_value='bogus-format'"), std::string::npos) << e;  // the value given
   e = load_error(config_with("fp8", "sparsity_config", {{"format", "sparse-24-bitmask"}}, false),
                  "fp8");
   EXPECT_NE(e.find("sparse-24-bitmask"), std::string::npos) << e;
