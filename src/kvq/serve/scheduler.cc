@@ -68,22 +68,21 @@ struct Scheduler::Running {
   std::optional<model::KvCache> cache;     // paged; freed when it finishes or is preempted
   std::optional<model::ForwardPass> pass;  // the prompt chunk whose layers run, if any
   model::Sampler sampler;
-  // After a preemption: the prompt and every sampled token but the last, prefilled again.
-  std::vector<std::int32_t> recompute;
-  std::int64_t prefilled = 0;         // input() tokens in the cache
-  std::int32_t next_input = 0;        // the last sampled token, the next decode step's input
+  std::int64_t prefilled = 0;         // prompt tokens in the cache
   std::int64_t new_tokens = 0;        // sampled so far (a stop id included)
   std::vector<std::int32_t> sampled;  // those tokens
-  std::string text;                   // the new tokens' bytes, cut before a stop string
+  // Sampled tokens whose K/V the cache holds: new_tokens - 1 while decoding (the last one is the
+  // next step's input); after a preemption it restarts at 0 and decode steps REPLAY sampled[...]
+  // without sampling until it catches up, so the cache is rebuilt by the same steps that first
+  // built it, bit for bit.
+  std::int64_t cached_new = 0;
+  std::string text;  // the new tokens' bytes, cut before a stop string
   std::vector<TokenLogprob> prompt_logprobs;
   bool done = false, preempted = false;
 
-  // What the prefill feeds: the prompt, or after a preemption what the cache held.
-  std::span<const std::int32_t> input() const {
-    return recompute.empty() ? std::span<const std::int32_t>(seq->request().prompt)
-                             : std::span<const std::int32_t>(recompute);
+  bool prefilling() const {
+    return prefilled < static_cast<std::int64_t>(seq->request().prompt.size());
   }
-  bool prefilling() const { return prefilled < static_cast<std::int64_t>(input().size()); }
   bool active() const { return !done && !preempted; }
   bool decoding() const { return active() && !prefilling() && new_tokens > 0; }
   // Cache positions: the prompt and every new token but the last.
@@ -217,7 +216,7 @@ void Scheduler::loop() {
 
 bool Scheduler::start(Running& r) {
   model::KvCache cache = model_.make_cache(1, r.capacity(), options_.kv_cache, &pool_);
-  const auto first = static_cast<std::int64_t>(r.input().size()) + 1;
+  const auto first = static_cast<std::int64_t>(r.seq->request().prompt.size()) + 1;
   if (!cache.reserve(std::min(first, r.capacity()))) return false;
   r.cache.emplace(std::move(cache));
   r.preempted = false;
@@ -302,13 +301,13 @@ void Scheduler::prefill() {
   if (it == running_.end()) return;
   Running& r = **it;
   const SequenceRequest& req = r.seq->request();
-  const std::span<const std::int32_t> input = r.input();
+  const std::span<const std::int32_t> input(req.prompt);
   const auto input_len = static_cast<std::int64_t>(input.size());
   const std::int64_t n = std::min(options_.prefill_chunk, input_len - r.prefilled);
-  // A preempted sequence's recompute: its prompt logprobs went out already, and it samples on
-  // from its last token.
-  const bool recompute = r.new_tokens > 0;
-  const bool prompt_logprobs = req.prompt_logprobs && !recompute;
+  // The prompt of a preempted sequence, prefilled again: its prompt logprobs and first token
+  // went out already (its decode steps replay the rest).
+  const bool again = r.new_tokens > 0;
+  const bool prompt_logprobs = req.prompt_logprobs && !again;
   // Sequences that decode wait for this step's prefill: give it prefill_step_ms (at least one
   // layer, so it always advances), the whole chunk when nobody waits or the budget is 0.
   const bool others_wait =
@@ -346,10 +345,7 @@ void Scheduler::prefill() {
     }
     r.prefilled += n;
     if (r.prefilled < input_len) return;
-    if (recompute) {
-      r.recompute.clear();  // input() is the prompt again, prefilled
-      return;
-    }
+    if (again) return;
     r.seq->update([&](SequenceOutput& o) {
       o.prefilled = true;
       o.prompt_logprobs = std::move(r.prompt_logprobs);
@@ -386,13 +382,8 @@ void Scheduler::preempt(Running& r) {
   r.cache.reset();  // its blocks go back
   r.prefilled = 0;
   r.preempted = true;
-  if (r.new_tokens == 0) {
-    r.prompt_logprobs.clear();  // its prefill starts again
-  } else {
-    const std::vector<std::int32_t>& prompt = r.seq->request().prompt;
-    r.recompute.assign(prompt.begin(), prompt.end());
-    r.recompute.insert(r.recompute.end(), r.sampled.begin(), r.sampled.end() - 1);
-  }
+  r.cached_new = 0;           // its decode steps replay its sampled tokens
+  r.prompt_logprobs.clear();  // (an unfinished first prefill starts again)
   std::lock_guard lock(mutex_);
   ++totals_.preemptions;
 }
@@ -404,7 +395,7 @@ void Scheduler::decode() {
   for (auto& r : running_) {
     if (!r->decoding()) continue;  // finished, preempted or still in prefill
     batch.push_back(r.get());
-    tokens.push_back(r->next_input);
+    tokens.push_back(r->sampled[static_cast<std::size_t>(r->cached_new)]);
     caches.push_back(&*r->cache);
   }
   if (batch.empty()) return;
@@ -415,6 +406,8 @@ void Scheduler::decode() {
       ++totals_.decode_steps;
     }
     for (std::size_t i = 0; i < batch.size(); ++i) {
+      // A replayed token's logits were seen when it was sampled: only the last one samples.
+      if (++batch[i]->cached_new < batch[i]->new_tokens) continue;
       add_token(*batch[i], std::span<const float>(logits.f32() + i * vocab_, vocab_));
     }
   } catch (const std::bad_alloc&) {
@@ -429,7 +422,6 @@ bool Scheduler::add_token(Running& r, std::span<const float> logits) {
   const std::int32_t t = r.sampler.sample(logits);
   ++r.new_tokens;
   r.sampled.push_back(t);
-  r.next_input = t;
   {
     std::lock_guard lock(mutex_);
     ++totals_.generation_tokens;

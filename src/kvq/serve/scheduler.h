@@ -11,17 +11,17 @@
 //      as many of a chunk's layers as fit in prefill_step_ms (model::ForwardPass), so a long
 //      prompt never stalls the running streams for more than about that;
 //   4. takes a block for every decoding sequence whose next token starts one, oldest first; when
-//      the pool is out, PREEMPTS the youngest running sequence (vLLM's recompute preemption: its
-//      blocks go back, it waits ahead of the queue and later prefills its prompt and the tokens
-//      it has sampled again, then samples on where it stopped);
+//      the pool is out, PREEMPTS the youngest running sequence (vLLM's recompute preemption): its
+//      blocks go back and it waits ahead of the queue; readmitted, it prefills its prompt again
+//      and then REPLAYS the tokens it had sampled through decode steps (their logits unused)
+//      before it samples on — the same prefill chunks and decode rows that first built its
+//      cache, so the rebuilt cache is bit for bit the lost one;
 //   5. runs ONE CausalLM::decode_step over every decoding sequence, each in its own cache, and
 //      samples each one's next token with its own Sampler.
 // So requests join and leave the batch at every step. A sequence's chunk boundaries depend only on
 // its own prompt and decode_step rows are bit-identical to decoding alone (for any --max-seqs),
-// so its tokens and logprobs do not depend on what else runs — unless it was preempted: the
-// recomputed rows come from a prefill, not from the decode steps that first wrote them, and may
-// differ in the last bits (so may, at worst, a later greedy token). kvq_preemptions_total counts
-// them; a pool that holds every sequence's prompt + max_tokens never preempts.
+// so its tokens and logprobs do not depend on what else runs, nor on whether it was preempted
+// (replaying costs it one decode-step row per token it had; kvq_preemptions_total counts them).
 #pragma once
 
 #include <condition_variable>

@@ -499,51 +499,49 @@ TEST(Serve, SlidingWindowSequencesHoldTheirRingsBlocks) {
 
 // Blocks are taken as sequences grow: a pool that holds one request's prompt + max_tokens but
 // not six at once admits them all, and when it runs out the youngest is preempted (its blocks go
-// back), prefilled again later and finished. Every request gets its max_tokens tokens, the ones it
-// gets alone, and the pool ends empty.
+// back), prefilled again later, replays its tokens and finishes. Every request gets the tokens and
+// logprobs it gets alone, bit for bit, and the pool ends empty.
+// On the f32 cache, and on a packed int8 one with dynamic scales and 4-token prefill chunks (the
+// scales are fixed by the first chunk again).
 TEST(Serve, AFullPoolPreemptsTheYoungestAndEveryRequestFinishes) {
-  ServerOptions options;
-  options.scheduler.kv_cache_bytes = 24 * 16 * 256;  // 24 blocks: 8 of 16 positions per layer
-  TinyServer server(options);
-  std::vector<json> requests;
-  for (int i = 0; i < 6; ++i) {
-    json r = greedy("request " + std::to_string(i), 100);  // 7 blocks per layer at the end
-    r["logprobs"] = 1;
-    requests.push_back(r);
-  }
-  std::vector<json> alone;
-  for (const json& r : requests) {
-    const auto [status, body] = server.post("/v1/completions", r);
-    ASSERT_EQ(status, 200) << body.dump();
-    alone.push_back(body["choices"][0]);
-  }
-  EXPECT_EQ(server.metric("kvq_preemptions_total"), 0);
-  std::vector<std::future<std::pair<int, json>>> futures;
-  for (const json& r : requests) {
-    futures.push_back(
-        std::async(std::launch::async, [&server, r] { return server.post("/v1/completions", r); }));
-  }
-  for (std::size_t i = 0; i < futures.size(); ++i) {
-    const auto [status, body] = futures[i].get();
-    ASSERT_EQ(status, 200) << body.dump();
-    EXPECT_EQ(body["usage"]["completion_tokens"], 100) << i;
-    const json& tokens = body["choices"][0]["logprobs"]["tokens"];
-    ASSERT_EQ(tokens.size(), 100u) << i;
-    // A preempted sequence's cache rows are recomputed by a prefill, not the decode steps that
-    // first wrote them: equal up to rounding, far below the tiny model's greedy margins, so the
-    // tokens are alone's and the logprobs agree closely (a wrong recompute would derail both).
-    EXPECT_EQ(tokens, alone[i]["logprobs"]["tokens"]) << i;
-    const json& lp = body["choices"][0]["logprobs"]["token_logprobs"];
-    for (std::size_t t = 0; t < lp.size(); ++t) {
-      ASSERT_NEAR(lp[t].get<double>(), alone[i]["logprobs"]["token_logprobs"][t].get<double>(),
-                  1e-4)
-          << i << " token " << t;
+  for (const auto& [kv, chunk] : {std::pair<const char*, std::int64_t>{"f32", 256}, {"int8", 4}}) {
+    SCOPED_TRACE(kv);
+    ServerOptions options;
+    options.scheduler.kv_cache = runtime::resolve_kv_cache(kv, nullptr, "tiny");
+    options.scheduler.prefill_chunk = chunk;
+    // 8 blocks of 16 positions per layer: one request and a third.
+    options.scheduler.kv_cache_bytes =
+        24 * model::KvCache::block_bytes(2, 16, options.scheduler.kv_cache, 16);
+    TinyServer server(options);
+    std::vector<json> requests;
+    for (int i = 0; i < 6; ++i) {
+      json r = greedy("request " + std::to_string(i), 100);  // 7 blocks per layer at the end
+      r["logprobs"] = 1;
+      requests.push_back(r);
     }
+    std::vector<json> alone;
+    for (const json& r : requests) {
+      const auto [status, body] = server.post("/v1/completions", r);
+      ASSERT_EQ(status, 200) << body.dump();
+      alone.push_back(body["choices"][0]);
+    }
+    EXPECT_EQ(server.metric("kvq_preemptions_total"), 0);
+    std::vector<std::future<std::pair<int, json>>> futures;
+    for (const json& r : requests) {
+      futures.push_back(std::async(std::launch::async,
+                                   [&server, r] { return server.post("/v1/completions", r); }));
+    }
+    for (std::size_t i = 0; i < futures.size(); ++i) {
+      const auto [status, body] = futures[i].get();
+      ASSERT_EQ(status, 200) << body.dump();
+      EXPECT_EQ(body["usage"]["completion_tokens"], 100) << i;
+      EXPECT_EQ(body["choices"][0], alone[i]) << i;  // tokens and logprobs, bit for bit
+    }
+    EXPECT_GT(server.metric("kvq_preemptions_total"), 0);
+    EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 0);
+    EXPECT_EQ(server.metric("kvq_waiting_sequences"), 0);
+    EXPECT_TRUE(wait_for([&] { return server.metric("kvq_running_sequences") == 0; }));
   }
-  EXPECT_GT(server.metric("kvq_preemptions_total"), 0);
-  EXPECT_EQ(server.metric("kvq_kv_blocks_used"), 0);
-  EXPECT_EQ(server.metric("kvq_waiting_sequences"), 0);
-  EXPECT_TRUE(wait_for([&] { return server.metric("kvq_running_sequences") == 0; }));
 }
 
 TEST(Serve, AClientThatLeavesMidStreamFreesItsBlocks) {
