@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@ struct ServeArgs {
   std::int64_t kv_cache_memory_mib = 1024, max_seqs = 8, max_queue = 64, ctx = 0;
   std::int64_t prefill_step_ms = serve::SchedulerOptions{}.prefill_step_ms;
   std::int64_t block_size = serve::SchedulerOptions{}.block_tokens;
+  serve::PreemptionMode preemption = serve::PreemptionMode::kExact;
 };
 
 void run_serve(const ServeArgs& a) {
@@ -54,6 +56,7 @@ void run_serve(const ServeArgs& a) {
   options.scheduler.max_queue = a.max_queue;
   options.scheduler.prefill_step_ms = a.prefill_step_ms;
   options.scheduler.block_tokens = a.block_size;
+  options.scheduler.preemption = a.preemption;
   serve::Server server(src, options);
   const int port = server.bind();
 
@@ -109,9 +112,20 @@ void register_serve(CLI::App& app) {
                   "sequence's last block, larger means fewer, longer runs of rows per block")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
       ->capture_default_str();
+  cmd->add_option("--preemption-mode", a->preemption,
+                  "How a sequence preempted when the KV pool runs out rebuilds its cache: exact "
+                  "(its prompt prefilled again, its tokens replayed through decode steps: its "
+                  "answer stays bit-identical) or recompute (vLLM's: prompt and tokens prefilled "
+                  "at once, faster under memory pressure, equal up to rounding)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, serve::PreemptionMode>{
+              {"exact", serve::PreemptionMode::kExact},
+              {"recompute", serve::PreemptionMode::kRecompute}},
+          CLI::ignore_case))
+      ->default_str("exact");
   cmd->add_option("--max-seqs", a->max_seqs,
                   "Sequences decoded together (every result is bit-identical to running alone, "
-                  "unless the KV pool ran out and preempted it)")
+                  "preempted or not, with --preemption-mode exact)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
       ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue,

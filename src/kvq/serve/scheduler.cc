@@ -68,21 +68,26 @@ struct Scheduler::Running {
   std::optional<model::KvCache> cache;     // paged; freed when it finishes or is preempted
   std::optional<model::ForwardPass> pass;  // the prompt chunk whose layers run, if any
   model::Sampler sampler;
-  std::int64_t prefilled = 0;         // prompt tokens in the cache
+  std::int64_t prefilled = 0;         // input() tokens in the cache
   std::int64_t new_tokens = 0;        // sampled so far (a stop id included)
   std::vector<std::int32_t> sampled;  // those tokens
   // Sampled tokens whose K/V the cache holds: new_tokens - 1 while decoding (the last one is the
-  // next step's input); after a preemption it restarts at 0 and decode steps REPLAY sampled[...]
-  // without sampling until it catches up, so the cache is rebuilt by the same steps that first
-  // built it, bit for bit.
+  // next step's input). After a preemption (PreemptionMode::kExact) it restarts at 0 and decode
+  // steps REPLAY sampled[...] without sampling until it catches up.
   std::int64_t cached_new = 0;
+  // PreemptionMode::kRecompute after a preemption: the prompt and every sampled token but the
+  // last, prefilled again; empty otherwise.
+  std::vector<std::int32_t> refill;
   std::string text;  // the new tokens' bytes, cut before a stop string
   std::vector<TokenLogprob> prompt_logprobs;
   bool done = false, preempted = false;
 
-  bool prefilling() const {
-    return prefilled < static_cast<std::int64_t>(seq->request().prompt.size());
+  // What the prefill feeds: the prompt, or `refill`.
+  std::span<const std::int32_t> input() const {
+    return refill.empty() ? std::span<const std::int32_t>(seq->request().prompt)
+                          : std::span<const std::int32_t>(refill);
   }
+  bool prefilling() const { return prefilled < static_cast<std::int64_t>(input().size()); }
   bool active() const { return !done && !preempted; }
   bool decoding() const { return active() && !prefilling() && new_tokens > 0; }
   // Cache positions: the prompt and every new token but the last.
@@ -216,7 +221,7 @@ void Scheduler::loop() {
 
 bool Scheduler::start(Running& r) {
   model::KvCache cache = model_.make_cache(1, r.capacity(), options_.kv_cache, &pool_);
-  const auto first = static_cast<std::int64_t>(r.seq->request().prompt.size()) + 1;
+  const auto first = static_cast<std::int64_t>(r.input().size()) + 1;
   if (!cache.reserve(std::min(first, r.capacity()))) return false;
   r.cache.emplace(std::move(cache));
   r.preempted = false;
@@ -301,11 +306,10 @@ void Scheduler::prefill() {
   if (it == running_.end()) return;
   Running& r = **it;
   const SequenceRequest& req = r.seq->request();
-  const std::span<const std::int32_t> input(req.prompt);
+  const std::span<const std::int32_t> input = r.input();
   const auto input_len = static_cast<std::int64_t>(input.size());
   const std::int64_t n = std::min(options_.prefill_chunk, input_len - r.prefilled);
-  // The prompt of a preempted sequence, prefilled again: its prompt logprobs and first token
-  // went out already (its decode steps replay the rest).
+  // A preempted sequence's prefill again: its prompt logprobs and first token went out already.
   const bool again = r.new_tokens > 0;
   const bool prompt_logprobs = req.prompt_logprobs && !again;
   // Sequences that decode wait for this step's prefill: give it prefill_step_ms (at least one
@@ -345,7 +349,13 @@ void Scheduler::prefill() {
     }
     r.prefilled += n;
     if (r.prefilled < input_len) return;
-    if (again) return;
+    if (again) {
+      if (!r.refill.empty()) {  // kRecompute: every sampled token but the last is cached again
+        r.cached_new = r.new_tokens - 1;
+        r.refill.clear();
+      }
+      return;  // (kExact: its decode steps replay the sampled tokens)
+    }
     r.seq->update([&](SequenceOutput& o) {
       o.prefilled = true;
       o.prompt_logprobs = std::move(r.prompt_logprobs);
@@ -382,8 +392,15 @@ void Scheduler::preempt(Running& r) {
   r.cache.reset();  // its blocks go back
   r.prefilled = 0;
   r.preempted = true;
-  r.cached_new = 0;           // its decode steps replay its sampled tokens
+  r.cached_new = 0;
   r.prompt_logprobs.clear();  // (an unfinished first prefill starts again)
+  if (options_.preemption == PreemptionMode::kRecompute && r.new_tokens > 1) {
+    const std::vector<std::int32_t>& prompt = r.seq->request().prompt;
+    r.refill.assign(prompt.begin(), prompt.end());
+    r.refill.insert(r.refill.end(), r.sampled.begin(), r.sampled.end() - 1);
+  } else {
+    r.refill.clear();  // the prompt; kExact replays the sampled tokens
+  }
   std::lock_guard lock(mutex_);
   ++totals_.preemptions;
 }

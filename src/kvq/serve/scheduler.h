@@ -12,16 +12,14 @@
 //      prompt never stalls the running streams for more than about that;
 //   4. takes a block for every decoding sequence whose next token starts one, oldest first; when
 //      the pool is out, PREEMPTS the youngest running sequence (vLLM's recompute preemption): its
-//      blocks go back and it waits ahead of the queue; readmitted, it prefills its prompt again
-//      and then REPLAYS the tokens it had sampled through decode steps (their logits unused)
-//      before it samples on — the same prefill chunks and decode rows that first built its
-//      cache, so the rebuilt cache is bit for bit the lost one;
+//      blocks go back and it waits ahead of the queue; readmitted, it rebuilds its cache
+//      (PreemptionMode) and samples on;
 //   5. runs ONE CausalLM::decode_step over every decoding sequence, each in its own cache, and
 //      samples each one's next token with its own Sampler.
 // So requests join and leave the batch at every step. A sequence's chunk boundaries depend only on
 // its own prompt and decode_step rows are bit-identical to decoding alone (for any --max-seqs),
-// so its tokens and logprobs do not depend on what else runs, nor on whether it was preempted
-// (replaying costs it one decode-step row per token it had; kvq_preemptions_total counts them).
+// so its tokens and logprobs do not depend on what else runs, nor, in the default
+// PreemptionMode::kExact, on whether it was preempted (kvq_preemptions_total counts them).
 #pragma once
 
 #include <condition_variable>
@@ -41,6 +39,20 @@
 
 namespace kvq::serve {
 
+// How a preempted sequence rebuilds its cache.
+enum class PreemptionMode : std::uint8_t {
+  // Its prompt prefilled again in the same chunks (the same dynamic scales), then the tokens it
+  // had sampled REPLAYED through decode-step rows, their logits unused: the very computations
+  // that first built the cache, so its answer stays bit-identical to running alone. Costs one
+  // decode step of wall time per token it had.
+  kExact,
+  // vLLM's recompute: its prompt and sampled tokens prefilled at once. Faster under memory
+  // pressure (docs/benchmarks.md), but those rows come from a prefill, not the decode steps that
+  // first wrote them, so they equal the lost ones up to rounding only (and so may, at worst, a
+  // later greedy token).
+  kRecompute,
+};
+
 struct SchedulerOptions {
   model::KvCacheConfig kv_cache;            // every sequence's cache
   std::int64_t kv_cache_bytes = 1ll << 30;  // the KV block pool's budget
@@ -50,6 +62,7 @@ struct SchedulerOptions {
   std::int64_t prefill_chunk = 256;         // prompt tokens per prefill forward
   std::int64_t prefill_step_ms = 100;       // a step's prefill time while others decode; 0: a
                                             // whole chunk per step
+  PreemptionMode preemption = PreemptionMode::kExact;
 };
 
 // What /metrics and /health report.

@@ -59,7 +59,8 @@ TEST(CliServe, AnswersAndExitsZeroOnSigterm) {
     dup2(fd, 2);
     const std::string bin = kvq_binary().string(), model = dir.path().string();
     execl(bin.c_str(), bin.c_str(), "serve", "--model", model.c_str(), "--port", "0", "--kv-cache",
-          "int8", "--kv-cache-memory", "4", "--block-size", "32", nullptr);
+          "int8", "--kv-cache-memory", "4", "--block-size", "32", "--preemption-mode", "recompute",
+          nullptr);
     _exit(127);
   }
   // "[kvq serve] NAME on http://127.0.0.1:PORT ..."
@@ -94,6 +95,10 @@ TEST(CliServe, BadFlagsFailBeforeLoading) {
   const CliResult b = run_kvq({"serve", "--model", "/nonexistent", "--block-size", "0"}, 60);
   EXPECT_NE(b.exit_code, 0);
   EXPECT_NE(b.err.find("--block-size"), std::string::npos) << b.err;
+  const CliResult m =
+      run_kvq({"serve", "--model", "/nonexistent", "--preemption-mode", "swap"}, 60);
+  EXPECT_NE(m.exit_code, 0);
+  EXPECT_NE(m.err.find("--preemption-mode"), std::string::npos) << m.err;
   const CliResult k = run_kvq({"serve", "--model", "/nonexistent", "--kv-cache", "int9"}, 60);
   EXPECT_NE(k.exit_code, 0);
   EXPECT_NE(k.err.find("int9"), std::string::npos) << k.err;
