@@ -90,7 +90,7 @@ struct Scheduler::Running {
   bool prefilling() const { return prefilled < static_cast<std::int64_t>(input().size()); }
   bool active() const { return !done && !preempted; }
   bool decoding() const { return active() && !prefilling() && new_tokens > 0; }
-  // Cache positions: the prompt and every new token but the last.
+  // Its cache's capacity: the prompt and max_tokens.
   std::int64_t capacity() const {
     const SequenceRequest& r = seq->request();
     return static_cast<std::int64_t>(r.prompt.size()) + std::max<std::int64_t>(r.max_tokens, 0);
@@ -219,13 +219,20 @@ void Scheduler::loop() {
   }
 }
 
-bool Scheduler::start(Running& r) {
-  model::KvCache cache = model_.make_cache(1, r.capacity(), options_.kv_cache, &pool_);
-  const auto first = static_cast<std::int64_t>(r.input().size()) + 1;
-  if (!cache.reserve(std::min(first, r.capacity()))) return false;
-  r.cache.emplace(std::move(cache));
-  r.preempted = false;
-  return true;
+bool Scheduler::start(Running& r, std::string& error) {
+  try {
+    model::KvCache cache = model_.make_cache(1, r.capacity(), options_.kv_cache, &pool_);
+    const auto first = static_cast<std::int64_t>(r.input().size()) + 1;
+    if (!cache.reserve(std::min(first, r.capacity()))) return false;
+    r.cache.emplace(std::move(cache));
+    r.preempted = false;
+    return true;
+  } catch (const std::bad_alloc&) {
+    error = "out of memory allocating the KV cache";
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  return false;
 }
 
 void Scheduler::admit() {
@@ -234,13 +241,7 @@ void Scheduler::admit() {
   while (!preempted_.empty() && seats()) {
     Running& r = *preempted_.front();
     std::string error;
-    try {
-      if (!start(r)) break;  // no blocks yet
-    } catch (const std::bad_alloc&) {
-      error = "out of memory allocating the KV cache";
-    } catch (const Error& e) {
-      error = e.what();
-    }
+    if (!start(r, error) && error.empty()) break;  // no blocks yet
     if (!error.empty()) finish(r, FinishReason::kError, std::move(error));
     if (!r.done) running_.push_back(std::move(preempted_.front()));
     preempted_.pop_front();
@@ -264,12 +265,10 @@ void Scheduler::admit() {
     std::string error;
     try {
       run->sampler = model::Sampler(s->request().sampling);
-      if (!start(*run)) break;  // no blocks yet
-    } catch (const std::bad_alloc&) {
-      error = "out of memory allocating the KV cache";
     } catch (const Error& e) {
       error = e.what();
     }
+    if (error.empty() && !start(*run, error) && error.empty()) break;  // no blocks yet
     {
       std::lock_guard lock(mutex_);
       waiting_.pop_front();  // still s: only this thread pops

@@ -102,8 +102,8 @@ class Scheduler {
   void loop();
   void admit();
   // Gives r a paged cache holding the blocks for its input and first new token; false (nothing
-  // taken) when the pool has too few free.
-  bool start(Running& r);
+  // taken) when the pool has too few free, or with `error` set when the cache cannot be made.
+  bool start(Running& r, std::string& error);
   void drop_cancelled();
   void prefill();
   // Blocks for every decoding sequence's next token, preempting the youngest when out.
