@@ -10,6 +10,7 @@ The machine's DRAM read GB/s is measured once by binary A's first run (kvq bench
 
   bench/ab_decode.py --a /work/old/build/kvq --b build/kvq --model ~/.cache/kvq/SmolLM2-135M-Instruct \\
       --kv-cache bf16,fp8,int8,int4 --contexts 8192,16384 --threads 1,2 --rounds 2
+  bench/ab_decode.py ... --kv-cache bf16,int8,int4 --contexts 2048 --batch 16   # kvq serve's step
 
 Check the load first (uptime): nothing else should run.
 """
@@ -25,6 +26,8 @@ def bench(kvq, args, threads, probe):
     cmd = [kvq, "bench", "--model", args.model, "--weights", args.weights, "--threads",
            str(threads), "--contexts", args.contexts, "--kv-cache", args.kv_cache, "--repeats",
            str(args.repeats), "--decode-steps", str(args.steps), "--prefill", "16", "--json"]
+    if args.batch != 1:  # kvq bench --batch: binaries from before it have no such flag
+        cmd += ["--batch", str(args.batch)]
     if not probe:
         cmd.append("--no-machine")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
@@ -46,6 +49,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="sequences per decode step (kvq bench --batch); ms/token = step / batch")
     args = ap.parse_args()
 
     samples = {}  # (binary, threads, kv, ctx) -> [seconds per token, min of each run]

@@ -139,16 +139,19 @@ void BM_GemvBatch(benchmark::State& state) {
   std::vector<float> y(static_cast<std::size_t>(m * n));
   std::int64_t i = 0;
   for (auto _ : state) {
-    kvq::kernels::linear(x.data(), w.data() + (i++ % copies) * n * k, y.data(), m, n, k);
+    kvq::kernels::linear_rows(x.data(), w.data() + (i++ % copies) * n * k, y.data(), m, n, k);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * n * k * 4);
   state.counters["rows/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * m), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * 2 * m * n * k) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_GemvBatch)
-    ->ArgsProduct({{1536}, {576}, {1, 2, 4, 8}})
-    ->ArgsProduct({{49152}, {576}, {1, 8}})
+    ->ArgsProduct({{1536}, {576}, {1, 2, 4, 8, 16}})
+    ->ArgsProduct({{576}, {1536}, {8, 16}})
+    ->ArgsProduct({{49152}, {576}, {1, 8, 16}})
     ->UseRealTime();
 
 // Decode attention over the PACKED cache, one format per run (state.range(0) = KvFormat,

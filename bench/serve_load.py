@@ -4,7 +4,11 @@
 For each client count N, N threads each send --requests streamed completions one after another
 (a prompt of --prompt-tokens random token ids, --max-tokens new tokens with ignore_eos, greedy)
 and the script reports, per N: output tokens/s over the wall time of the round, time to first
-token (TTFT) and inter-token latency (ITL, the gaps between streamed chunks) at p50 / p99.
+token (TTFT) and inter-token latency (ITL, the gaps between streamed chunks) at p50 / p99. With
+--requests 1 it also reports the decode tokens/s while all N sequences were decoding at once
+(the tokens streamed between the last request's first token and the first request's last one,
+over that time): the continuous batch's decode throughput, without the prompts' prefill; give
+--max-tokens room for the window (e.g. 512 with 16 clients of 1792-token prompts).
 
   build/kvq serve --model M --kv-cache int8 --max-seqs 16 --port 8000 &
   bench/serve_load.py --url http://127.0.0.1:8000 --clients 1,4,8,16 --prompt-tokens 512 \\
@@ -60,7 +64,7 @@ def wait_healthy(proc, port, log, timeout_s=300):
 
 def one_request(url, prompt, max_tokens, model):
     """Streams one completion (a chat completion when `prompt` is a string: a question);
-    returns (ttft_s, [itl_s...], completion_tokens) or raises."""
+    returns (ttft_s, [itl_s...], completion_tokens, [perf_counter of each token]) or raises."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=600)
     chat = isinstance(prompt, str)
@@ -79,7 +83,7 @@ def one_request(url, prompt, max_tokens, model):
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:200]!r}")
-    first, last, gaps, tokens, usage_tokens = None, None, [], 0, None
+    first, last, gaps, tokens, usage_tokens, stamps = None, None, [], 0, None, []
     for raw in resp:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data: "):
@@ -95,6 +99,7 @@ def one_request(url, prompt, max_tokens, model):
             continue
         tokens += 1  # one token per chunk (kvq and llama-server stream token by token)
         now = time.perf_counter()
+        stamps.append(now)
         if first is None:
             first = now - start
         else:
@@ -103,7 +108,18 @@ def one_request(url, prompt, max_tokens, model):
     conn.close()
     if usage_tokens is not None:
         tokens = usage_tokens
-    return first if first is not None else float("nan"), gaps, tokens
+    return first if first is not None else float("nan"), gaps, tokens, stamps
+
+
+def full_batch_decode_tok_s(stamps):
+    """Tokens/s streamed while every request was decoding: between the last first token and the
+    first last token (None when that window is empty)."""
+    if not stamps or any(not s for s in stamps):
+        return None
+    begin, end = max(s[0] for s in stamps), min(s[-1] for s in stamps)
+    if end <= begin:
+        return None
+    return sum(1 for s in stamps for t in s if begin < t <= end) / (end - begin)
 
 
 def run_round(args, clients, rng):
@@ -113,14 +129,14 @@ def run_round(args, clients, rng):
     else:
         prompts = [[rng.randrange(100, args.vocab) for _ in range(args.prompt_tokens)]
                    for _ in range(n)]
-    ttft, itl, tokens, errors = [], [], [0], []
+    ttft, itl, tokens, errors, stamps = [], [], [0], [], []
     lock = threading.Lock()
 
     def client(i):
         for r in range(args.requests):
             try:
-                t, gaps, n = one_request(args.url, prompts[i * args.requests + r], args.max_tokens,
-                                         args.model)
+                t, gaps, n, st = one_request(args.url, prompts[i * args.requests + r],
+                                             args.max_tokens, args.model)
             except Exception as e:  # a failed request is reported, the round goes on
                 with lock:
                     errors.append(str(e))
@@ -129,6 +145,7 @@ def run_round(args, clients, rng):
                 ttft.append(t)
                 itl.extend(gaps)
                 tokens[0] += n
+                stamps.append(st)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     start = time.perf_counter()
@@ -143,6 +160,8 @@ def run_round(args, clients, rng):
             "output_tokens": tokens[0], "wall_s": wall, "output_tok_s": tokens[0] / wall,
             "ttft_p50_s": percentile(ttft, 0.5), "ttft_p99_s": percentile(ttft, 0.99),
             "itl_p50_s": percentile(itl, 0.5), "itl_p99_s": percentile(itl, 0.99),
+            "decode_tok_s": (full_batch_decode_tok_s(stamps)
+                             if args.requests == 1 and not errors else None),
             "first_error": errors[0] if errors else None}
 
 
@@ -164,12 +183,13 @@ def main():
             args.questions = [json.loads(line)["question"] for line in f if line.strip()]
     rng = random.Random(args.seed)
     print(f"{'clients':>7} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} "
-          f"{'ITL p99':>8} {'errors':>6}")
+          f"{'ITL p99':>8} {'errors':>6} {'decode tok/s':>12}")
     for clients in [int(c) for c in args.clients.split(",")]:
         row = run_round(args, clients, rng)
         print(f"{clients:>7} {row['output_tok_s']:>10.1f} {row['ttft_p50_s']:>8.3f}s "
               f"{row['ttft_p99_s']:>8.3f}s {row['itl_p50_s'] * 1e3:>6.1f}ms "
-              f"{row['itl_p99_s'] * 1e3:>6.1f}ms {row['errors']:>6}", flush=True)
+              f"{row['itl_p99_s'] * 1e3:>6.1f}ms {row['errors']:>6} "
+              f"{row['decode_tok_s'] or float('nan'):>12.1f}", flush=True)
         if row["first_error"]:
             print(f"  first error: {row['first_error']}", file=sys.stderr)
         if args.json:

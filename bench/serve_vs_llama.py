@@ -13,6 +13,12 @@ configuration of each engine and kvq against llama.cpp at matching KV bits.
       --gguf ~/.cache/kvq/llama.cpp/SmolLM2-135M-Instruct.F32.gguf --threads 2 \\
       --clients 1,4,16 --kvq-kv bf16,int8,int4 --llama-kv f16,q8_0,q4_0
 
+kvq only (no --gguf), 16 clients at ~2048 context, bf16 weights, formats repeated to see the noise;
+the "full-batch decode" columns are the decode tokens/s while all 16 were decoding (serve_load):
+
+  bench/serve_vs_llama.py --model ~/.cache/kvq/SmolLM2-135M-Instruct --weights bf16 \
+      --clients 16 --prompt-tokens 1792 --max-tokens 512 --kvq-kv bf16,int8,bf16,int8
+
 Pairs for the "vs llama.cpp" column: bf16 ~ f16, int8* / fp8* ~ q8_0, int4* / nvfp4 ~ q4_0.
 Timings mean something only on a quiet machine (the load average is printed; no build running).
 """
@@ -94,13 +100,14 @@ def main():
             for n in clients:
                 load = SimpleNamespace(url=f"http://127.0.0.1:{args.port}", model="",
                                        requests=args.requests, prompt_tokens=args.prompt_tokens,
-                                       max_tokens=args.max_tokens, vocab=49152)
+                                       max_tokens=args.max_tokens, vocab=49152, chat="")
                 row = serve_load.run_round(load, n, random.Random(n))
                 row.update(engine=engine, kv=kv, prefill_step_ms=step,
                            load_avg=os.getloadavg()[0])
                 rows.append(row)
                 print(f"  {engine:9} {kv:10} {'' if step is None else step:>5} N={n:<3} {row['output_tok_s']:8.1f} tok/s "
                       f"TTFT p50 {row['ttft_p50_s']:.3f}s ITL p50 {row['itl_p50_s'] * 1e3:.1f}ms "
+                      f"decode {row['decode_tok_s'] or float('nan'):.1f} tok/s "
                       f"errors {row['errors']}", file=sys.stderr, flush=True)
                 if row["first_error"]:
                     print(f"    first error: {row['first_error']}", file=sys.stderr)
@@ -122,19 +129,25 @@ def main():
     print(f"prompt {args.prompt_tokens} tokens, {args.max_tokens} new, {args.requests} request(s)"
           f" per client, {args.threads} threads; load average {os.getloadavg()[0]:.2f} at the end\n")
     print("| engine | KV | prefill step (ms) | clients | output tok/s | TTFT p50 / p99 (s) "
-          "| ITL p50 / p99 (ms) | vs engine's first KV | kvq vs llama.cpp |")
-    print("|---|---|---:|---:|---:|---|---|---:|---:|")
+          "| ITL p50 / p99 (ms) | vs engine's first KV | kvq vs llama.cpp | full-batch decode "
+          "tok/s | decode vs first KV |")
+    print("|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|")
     for r in rows:
         step = r["prefill_step_ms"]
         first_kv = kvq_kv[0] if r["engine"] == "kvq" else llama_kv[0]
         base = find(r["engine"], first_kv, r["clients"], step)
         peer = find("llama.cpp", llama_peer(r["kv"]), r["clients"]) if r["engine"] == "kvq" else None
         vs_peer = f"{r['output_tok_s'] / peer['output_tok_s']:.2f}x ({peer['kv']})" if peer else ""
+        # serve_load's decode tok/s while every client decoded (--requests 1), if that window
+        # was not empty.
+        dec, dec_base = r.get("decode_tok_s"), base.get("decode_tok_s")
+        dec_s = f"{dec:.1f}" if dec else ""
+        dec_vs = f"{dec / dec_base:.2f}x" if dec and dec_base else ""
         print(f"| {r['engine']} | {r['kv']} | {'' if step is None else step} | {r['clients']} | "
               f"{r['output_tok_s']:.1f} | "
               f"{r['ttft_p50_s']:.3f} / {r['ttft_p99_s']:.3f} | "
               f"{r['itl_p50_s'] * 1e3:.1f} / {r['itl_p99_s'] * 1e3:.1f} | "
-              f"{r['output_tok_s'] / base['output_tok_s']:.2f}x | {vs_peer} |")
+              f"{r['output_tok_s'] / base['output_tok_s']:.2f}x | {vs_peer} | {dec_s} | {dec_vs} |")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ void register_bench(CLI::App& app) {
       "  kvq bench --model M --kv-cache f32,bf16,fp8,int8,int4,nvfp4 --contexts 512,8192\n"
       "  kvq bench --model M --kv-cache fp8:tensor,fp8:head --threads 1 --no-machine\n"
       "  kvq bench --model M --weights f32,bf16 --threads 1 --contexts 512,8192\n"
+      "  kvq bench --model M --weights bf16 --kv-cache bf16,int8 --contexts 2048 --batch 1,16\n"
       "  kvq bench --model M-kv-fp8-head --kv-cache auto,fake");
   cmd->add_option("--model", a->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--prefill", a->options.prefill_tokens, "Prompt length for the prefill timing")
@@ -92,6 +93,13 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--decode-steps", a->options.decode_steps, "Decode steps timed per repeat")
       ->check(count_in(1))
+      ->capture_default_str();
+  cmd->add_option("--batch", a->options.batches,
+                  "Sequences decoded together per step, comma-separated (kvq serve's continuous\n"
+                  "batch: each has its own cache at the context; tok/s counts every sequence's\n"
+                  "token, ms/token is the step time / batch)")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t{1}, kMaxBatch))
       ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_caches, runtime::kv_cache_flag_help(true))
       ->delimiter(',')

@@ -126,7 +126,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-seqs", a->max_seqs,
                   "Sequences decoded together (every result is bit-identical to running alone, "
                   "preempted or not, with --preemption-mode exact)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
+      ->check(CLI::Range(std::int64_t{1}, kMaxBatch))
       ->capture_default_str();
   cmd->add_option("--max-queue", a->max_queue,
                   "Sequences that may wait for a seat or KV blocks; more get HTTP 429")

@@ -14,6 +14,8 @@ namespace kvq::cli {
 inline constexpr std::int64_t kMaxTokens = std::int64_t{1} << 20;
 // A count of windows, samples, questions, steps or repeats.
 inline constexpr std::int64_t kMaxCount = std::int64_t{1} << 20;
+// Sequences decoded together (serve --max-seqs, bench --batch).
+inline constexpr std::int64_t kMaxBatch = 1024;
 // Threads: more than any machine kvq runs on has cores.
 inline constexpr int kMaxThreads = 1024;
 

@@ -59,6 +59,54 @@ double prefill_gflop(const ModelCost& cost, std::int64_t tokens) {
          1e9;
 }
 
+// Decode timing of `batch` sequences at `context` (throughput.h): every cache filled alike, then
+// `repeats` runs of decode_steps steps after one warm-up. The row's bytes_per_token holds the KV
+// bytes of ONE cache at `context`; the caller adds the weights.
+DecodeRow time_decode(model::CausalLM& model, const model::KvCacheConfig& kv, std::int64_t context,
+                      std::int64_t batch, const BenchOptions& options,
+                      const std::vector<std::int32_t>& decode_ids) {
+  std::vector<model::KvCache> caches;
+  caches.reserve(static_cast<std::size_t>(batch));
+  std::vector<model::KvCache*> ptrs;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    caches.push_back(model.make_cache(1, context + options.decode_steps, kv));
+    fill_cache_synthetic(caches.back(), context);
+    ptrs.push_back(&caches.back());
+  }
+  std::vector<double> per_token;
+  for (int r = -1; r < options.repeats; ++r) {
+    for (model::KvCache& c : caches) {
+      // A ring may have overwritten what the context needs (decode steps > its chunk).
+      if (c.can_truncate(context)) {
+        c.truncate(context);
+      } else {
+        fill_cache_synthetic(c, context);
+      }
+    }
+    const auto t0 = Clock::now();
+    for (std::int64_t s = 0; s < options.decode_steps; ++s) {
+      if (batch == 1) {
+        model.forward(std::span<const std::int32_t>(decode_ids.data() + s, 1), caches.front(),
+                      model::LogitsMode::kLast);
+      } else {
+        const std::vector<std::int32_t> step(static_cast<std::size_t>(batch),
+                                             decode_ids[static_cast<std::size_t>(s)]);
+        model.decode_step(step, ptrs);
+      }
+    }
+    if (r >= 0) per_token.push_back(seconds_since(t0) / (options.decode_steps * batch));
+  }
+  DecodeRow d;
+  d.kv = kv.label();
+  d.context = context;
+  d.steps = options.decode_steps;
+  d.batch = batch;
+  d.seconds_per_token = time_stats(per_token);
+  d.tok_s_best = 1.0 / d.seconds_per_token.min;
+  d.tok_s_median = 1.0 / d.seconds_per_token.median;
+  d.bytes_per_token = caches.front().attended_bytes(context);
+  return d;
+}
 }  // namespace
 
 double measure_dram_read_gbs(std::size_t bytes, int repeats) {
@@ -141,6 +189,10 @@ BenchReport run_bench(std::span<model::CausalLM* const> models, const BenchOptio
   if (options.prefill_tokens < 1) fail<InvalidArgument>("bench: --prefill must be >= 1");
   if (options.repeats < 1) fail<InvalidArgument>("bench: --repeats must be >= 1");
   if (options.decode_steps < 1) fail<InvalidArgument>("bench: --decode-steps must be >= 1");
+  if (options.batches.empty()) fail<InvalidArgument>("bench: --batch needs at least one value");
+  for (std::int64_t b : options.batches) {
+    if (b < 1) fail<InvalidArgument>("bench: batch sizes must be >= 1, got {}", b);
+  }
   for (std::int64_t c : options.contexts) {
     if (c < 1) fail<InvalidArgument>("bench: contexts must be >= 1, got {}", c);
   }
@@ -205,38 +257,19 @@ BenchReport run_bench(std::span<model::CausalLM* const> models, const BenchOptio
                   cost.weights, kv.label(), p.tok_s_best);
 
         for (std::int64_t context : options.contexts) {
-          model::KvCache dcache = model.make_cache(1, context + options.decode_steps, kv);
-          fill_cache_synthetic(dcache, context);
-          std::vector<double> per_token;
-          for (int r = -1; r < options.repeats; ++r) {
-            // A ring may have overwritten what the context needs (decode steps > its chunk).
-            if (dcache.can_truncate(context)) {
-              dcache.truncate(context);
-            } else {
-              fill_cache_synthetic(dcache, context);
-            }
-            const auto t0 = Clock::now();
-            for (std::int64_t s = 0; s < options.decode_steps; ++s) {
-              model.forward(std::span<const std::int32_t>(decode_ids.data() + s, 1), dcache,
-                            model::LogitsMode::kLast);
-            }
-            if (r >= 0) per_token.push_back(seconds_since(t0) / options.decode_steps);
+          for (std::int64_t batch : options.batches) {
+            rep.decode.push_back(time_decode(model, kv, context, batch, options, decode_ids));
+            DecodeRow& d = rep.decode.back();
+            d.threads = threads;
+            d.weights = cost.weights;
+            d.bytes_per_token = (cost.weight_bytes + d.bytes_per_token * batch) / batch;
+            d.gbs_best = static_cast<double>(d.bytes_per_token) * d.tok_s_best / 1e9;
+            if (mrow.dram_read_gbs > 0) d.dram_fraction = d.gbs_best / mrow.dram_read_gbs;
+            log::info(
+                "bench: {} threads, {} weights, {} KV, context {}, batch {}: decode {:.1f} tok/s "
+                "(best)",
+                threads, cost.weights, kv.label(), context, batch, d.tok_s_best);
           }
-          DecodeRow d;
-          d.threads = threads;
-          d.weights = cost.weights;
-          d.kv = kv.label();
-          d.context = context;
-          d.steps = options.decode_steps;
-          d.seconds_per_token = time_stats(per_token);
-          d.tok_s_best = 1.0 / d.seconds_per_token.min;
-          d.tok_s_median = 1.0 / d.seconds_per_token.median;
-          d.bytes_per_token = cost.weight_bytes + dcache.attended_bytes(context);
-          d.gbs_best = static_cast<double>(d.bytes_per_token) * d.tok_s_best / 1e9;
-          if (mrow.dram_read_gbs > 0) d.dram_fraction = d.gbs_best / mrow.dram_read_gbs;
-          rep.decode.push_back(d);
-          log::info("bench: {} threads, {} weights, {} KV, context {}: decode {:.1f} tok/s (best)",
-                    threads, cost.weights, kv.label(), context, d.tok_s_best);
         }
       }
     }
@@ -284,13 +317,14 @@ std::string bench_markdown(const BenchReport& r) {
         p.weights, p.kv, p.tokens, p.seconds.min * 1e3, p.seconds.median * 1e3, p.tok_s_best,
         p.tok_s_median, p.gflops_best, p.sgemm_fraction * 100);
   }
-  s += "\n| threads | weights | kv | context | ms/token min | ms/token median | tok/s best | "
-       "tok/s median | MB read/token | GB/s best | of DRAM read |\n"
-       "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  s += "\n| threads | weights | kv | context | batch | ms/token min | ms/token median | tok/s best "
+       "| tok/s median | MB read/token | GB/s best | of DRAM read |\n"
+       "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const DecodeRow& d : r.decode) {
     s += fmt::format(
-        "| {} | {} | {} | {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% |\n",
-        d.threads, d.weights, d.kv, d.context, d.seconds_per_token.min * 1e3,
+        "| {} | {} | {} | {} | {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% "
+        "|\n",
+        d.threads, d.weights, d.kv, d.context, d.batch, d.seconds_per_token.min * 1e3,
         d.seconds_per_token.median * 1e3, d.tok_s_best, d.tok_s_median, d.bytes_per_token / 1e6,
         d.gbs_best, d.dram_fraction * 100);
   }
@@ -342,6 +376,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                            {"kv", d.kv},
                            {"context", d.context},
                            {"steps", d.steps},
+                           {"batch", d.batch},
                            {"seconds_per_token_min", d.seconds_per_token.min},
                            {"seconds_per_token_median", d.seconds_per_token.median},
                            {"tok_s_best", d.tok_s_best},

@@ -15,6 +15,10 @@
 //            the prompt, as `kvq generate` does. GB/s = (weight bytes of every linear + lm_head
 //            in the model's weight dtype, fp32 or bf16 + KV bytes of `context` tokens) ·
 //            tokens/s: the bytes one decode step must read at least.
+//   batch:   with `batch` B > 1, B caches are filled alike and every timed step decodes one token
+//            of each (CausalLM::decode_step: kvq serve's continuous batch; each sequence's bits
+//            are its bits alone). tok/s counts all B tokens; a step reads the weights once and
+//            B caches, so bytes per token = (weights + B · KV of `context`) / B.
 // Every figure is taken `repeats` times; min and median are reported (times, so the best
 // throughput is the one of the min time). Several models (the same checkpoint loaded with f32
 // and bf16 weights) run in one report, side by side for each thread count.
@@ -61,8 +65,9 @@ struct BenchOptions {
   std::vector<int> threads = {1, 2};
   std::vector<model::KvCacheConfig> kv_caches = {model::KvCacheConfig{}};  // default: f32
   int repeats = 5;
-  std::int64_t decode_steps = 16;  // timed single-token forwards per repeat
-  bool machine = true;             // measure DRAM bandwidth and sgemm peak
+  std::int64_t decode_steps = 16;           // timed single-token forwards per repeat
+  std::vector<std::int64_t> batches = {1};  // sequences decoded together per step
+  bool machine = true;                      // measure DRAM bandwidth and sgemm peak
 };
 
 struct MachineRow {
@@ -84,9 +89,10 @@ struct DecodeRow {
   std::string weights = "f32";  // ModelCost::weights
   std::string kv = "f32";       // KvCacheConfig::label
   std::int64_t context = 0, steps = 0;
-  TimeStats seconds_per_token;
+  std::int64_t batch = 1;       // sequences per step (tokens per step)
+  TimeStats seconds_per_token;  // step time / batch
   double tok_s_best = 0.0, tok_s_median = 0.0;
-  std::int64_t bytes_per_token = 0;  // weights (in their dtype) + KV of `context` tokens
+  std::int64_t bytes_per_token = 0;  // (weights (in their dtype) + batch · KV of `context`) / batch
   double gbs_best = 0.0;
   double dram_fraction = 0.0;  // gbs_best / measured DRAM read bandwidth (0 when not measured)
 };
@@ -105,7 +111,7 @@ struct BenchReport {
 // Runs every (threads, model, kv cache) combination, in that nesting; restores the thread count
 // it found. The models must share one config (the kv cache configs are resolved once; a
 // checkpoint's calibrated config quantizes k/v in its packed cache, its hooks standing aside).
-// InvalidArgument for empty lists, non-positive sizes, threads < 1, repeats < 1.
+// InvalidArgument for empty lists, non-positive sizes, threads < 1, repeats < 1, batches < 1.
 BenchReport run_bench(std::span<model::CausalLM* const> models, const BenchOptions& options,
                       std::string model_name);
 BenchReport run_bench(model::CausalLM& model, const BenchOptions& options, std::string model_name);

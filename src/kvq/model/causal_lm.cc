@@ -44,15 +44,16 @@ void apply_linear(const float* x, const LinearWeight& w, float* y, std::int64_t 
   }
 }
 
-// m rows that are separate sequences' decode steps (one position each): the batched GEMV over at
-// most kMaxBatchedGemvRows rows at a time, which gives every row the bits it gets alone. sgemm,
-// which apply_linear takes beyond that, sums in another order, and a sequence's tokens would
-// then depend on how many others run beside it (kvq serve); it is not faster here either (it
-// reads the weights once but does the arithmetic at a fraction of its peak with m = 16).
+// m rows that are separate sequences' decode steps (one position each): the batched GEMV for
+// any m, which reads each weight once for all of them and gives every row the bits it gets
+// alone. sgemm, which apply_linear takes past kMaxBatchedGemvRows rows, sums in another order,
+// and a sequence's tokens would then depend on how many others run beside it (kvq serve).
 void apply_linear_rows(const float* x, const LinearWeight& w, float* y, std::int64_t m,
                        std::int64_t n, std::int64_t k) {
-  for (std::int64_t r = 0; r < m; r += kernels::kMaxBatchedGemvRows) {
-    apply_linear(x + r * k, w, y + r * n, std::min(kernels::kMaxBatchedGemvRows, m - r), n, k);
+  if (w.bf16) {
+    kernels::linear_rows_bf16(x, w.bf16, y, m, n, k);
+  } else {
+    kernels::linear_rows(x, w.f32, y, m, n, k);
   }
 }
 
@@ -762,9 +763,11 @@ Tensor ForwardPass::finish(LogitsMode mode) {
   return t.reshape({t.dim(1), t.dim(2)});
 }
 
-void CausalLM::compute_logits(const float* hidden, std::int64_t rows, float* logits) const {
-  apply_linear(hidden, linear_weight(lm_head_->weight()), logits, rows, config_.vocab_size,
-               config_.hidden_size);
+void CausalLM::compute_logits(const float* hidden, std::int64_t rows, float* logits,
+                              bool per_sequence_rows) const {
+  (per_sequence_rows ? apply_linear_rows : apply_linear)(hidden, linear_weight(lm_head_->weight()),
+                                                         logits, rows, config_.vocab_size,
+                                                         config_.hidden_size);
   if (final_softcap_ > 0.0f) {  // Gemma's final_logit_softcapping, in fp32 as transformers
     const std::int64_t n = rows * config_.vocab_size;
     for (std::int64_t i = 0; i < n; ++i) {
@@ -787,11 +790,8 @@ Tensor CausalLM::logits_for(const std::vector<float>& hidden, std::int64_t batch
                 static_cast<std::size_t>(hid) * sizeof(float));
   }
   Tensor out(DType::kF32, {batch, 1, vocab});
-  // One row per sequence: each gets its logits as alone (apply_linear_rows).
-  for (std::int64_t r = 0; r < batch; r += kernels::kMaxBatchedGemvRows) {
-    compute_logits(last.data() + r * hid, std::min(kernels::kMaxBatchedGemvRows, batch - r),
-                   out.f32() + r * vocab);
-  }
+  // One row per sequence: each gets its logits as alone.
+  compute_logits(last.data(), batch, out.f32(), /*per_sequence_rows=*/true);
   return out;
 }
 

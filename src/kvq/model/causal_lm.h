@@ -161,16 +161,19 @@ class CausalLM {
 
   // One decode step of several independent sequences, each in its own cache (batch 1, its own
   // length): tokens[i] is appended to *caches[i]. Logits [n, vocab]. Row i is bit-identical to
-  // forward({tokens[i]}, *caches[i]), however many sequences run (the batched GEMV reads each
-  // weight once for up to kernels::kMaxBatchedGemvRows of them at a time). InvalidArgument when
+  // forward({tokens[i]}, *caches[i]), however many sequences run (the batched GEMV,
+  // kernels::linear_rows, reads each weight once for all of them). InvalidArgument when
   // the counts differ, a cache is given twice, or one is full.
   Tensor decode_step(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches);
 
   // The final-norm hidden states [batch, S, hidden] without the lm_head, for callers that turn
   // them into logits a chunk at a time (perplexity over long windows).
   Tensor forward_hidden(std::span<const std::int32_t> tokens, std::int64_t batch, KvCache& cache);
-  // logits [rows, vocab] = hidden [rows, hidden] · lm_headᵀ.
-  void compute_logits(const float* hidden, std::int64_t rows, float* logits) const;
+  // logits [rows, vocab] = hidden [rows, hidden] · lm_headᵀ. per_sequence_rows: the rows are
+  // separate sequences' last positions, and each gets exactly its logits alone
+  // (kernels::linear_rows; otherwise sgemm past kMaxBatchedGemvRows rows).
+  void compute_logits(const float* hidden, std::int64_t rows, float* logits,
+                      bool per_sequence_rows = false) const;
 
  private:
   struct Layer;

@@ -2,9 +2,8 @@
 //
 // Each request is prefilled alone in a cache of its own (runtime's KvCacheConfig), then the
 // sequences in flight decode together, one token each per step (CausalLM::decode_step reads every
-// weight once for up to kernels::kMaxBatchedGemvRows of them at a time, and a row is
-// bit-identical to decoding it alone, so batching never changes a greedy result). A finished
-// sequence's slot goes to the next request at the next step.
+// weight once for all of them, and a row is bit-identical to decoding it alone, so batching never
+// changes a greedy result). A finished sequence's slot goes to the next request at the next step.
 #pragma once
 
 #include <cstdint>

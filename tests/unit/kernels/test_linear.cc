@@ -99,10 +99,11 @@ TEST(Linear, SingleRowUsesGemv) {
 }
 
 // Batched GEMV (a decode step of several sequences): every row equals the single-input GEMV of
-// the same ISA bit for bit, for m below, at and above one group of 8, n around the 64-row
-// chunks, k around every SIMD step.
+// the same ISA bit for bit, for m below, at and above one group of inputs (8, fewer for a large
+// k: 6 at k = 1000, 4 at 1536) and a serve batch of 16 or 33, n around the 64-row chunks, k
+// around every SIMD step.
 TEST(GemvBatch, EveryRowEqualsSingleGemvBitForBit) {
-  const std::int64_t ms[] = {1, 2, 3, 5, 8, 9, 13};
+  const std::int64_t ms[] = {1, 2, 3, 5, 8, 9, 13, 16, 33};
   for (Isa isa : supported_isas()) {
     for (const Dims& dm : kDims) {
       const auto w = random_vector(static_cast<std::size_t>(dm.n * dm.k), 1 + dm.n);
@@ -137,6 +138,18 @@ TEST(GemvBatch, ThreadCountDoesNotChangeResults) {
         x, m, n, k, threads == 1 ? "1 thread" : "2 threads");
   }
   set_num_threads(saved);
+}
+
+// linear_rows (a decode step of m sequences) never takes sgemm, whatever m.
+TEST(Linear, RowsOfSeparateSequencesEqualTheSingleGemvAtAnyCount) {
+  const auto w = random_vector(70 * 576, 8);
+  for (std::int64_t m : {1, 2, 8, 9, 16, 24}) {
+    const auto x = random_vector(static_cast<std::size_t>(m * 576), 9 + m);
+    expect_rows_bit_identical(
+        [&](const float* xs, float* ys) { linear_rows(xs, w.data(), ys, m, 70, 576); },
+        [&](const float* xi, float* yi) { gemv(w.data(), xi, yi, 70, 576); }, x, m, 70, 576,
+        "linear_rows");
+  }
 }
 
 TEST(Linear, FewRowsUseTheBatchedGemv) {

@@ -187,7 +187,7 @@ TEST(GemvBatchBf16, EveryRowEqualsSingleGemvBitForBit) {
   for (Isa isa : supported_isas()) {
     for (const Dims& dm : dims) {
       const auto wb = to_bf16(random_vector(static_cast<std::size_t>(dm.n * dm.k), 3 + dm.n));
-      for (std::int64_t m : {2, 7, 8, 11}) {
+      for (std::int64_t m : {2, 7, 8, 11, 16, 19}) {
         const auto x = random_vector(static_cast<std::size_t>(m * dm.k), 30 + m);
         expect_rows_bit_identical(
             [&](const float* xs, float* ys) {
@@ -197,6 +197,18 @@ TEST(GemvBatchBf16, EveryRowEqualsSingleGemvBitForBit) {
             x, m, dm.n, dm.k, isa_name(isa));
       }
     }
+  }
+}
+
+// linear_rows_bf16 (a decode step of m sequences) never takes sgemm, whatever m.
+TEST(LinearBf16, RowsOfSeparateSequencesEqualTheSingleGemvAtAnyCount) {
+  const auto wb = to_bf16(random_vector(70 * 576, 8));
+  for (std::int64_t m : {1, 2, 8, 9, 16, 24}) {
+    const auto x = random_vector(static_cast<std::size_t>(m * 576), 9 + m);
+    expect_rows_bit_identical(
+        [&](const float* xs, float* ys) { linear_rows_bf16(xs, wb.data(), ys, m, 70, 576); },
+        [&](const float* xi, float* yi) { gemv_bf16(wb.data(), xi, yi, 70, 576); }, x, m, 70, 576,
+        "linear_rows_bf16");
   }
 }
 

@@ -96,9 +96,20 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline __m512 load16(
 // hardware prefetcher; measured 2026-12-05, issue 22). Every input gets the same arithmetic
 // whatever m is (same accumulators, same order, same horizontal sums), so row i of a batched
 // result is bit-identical to gemv(W, x_i): decoding several sequences at once gives each the
-// logits it would get alone. Inputs go in groups of up to kBatchGroup; the weight row stays in
-// L1 between groups.
+// logits it would get alone. Inputs go in groups of up to kBatchGroup (one weight load feeds
+// every input of a group); the groups are the OUTER loop over a range of rows (a 64-row chunk,
+// for_row_chunks), so a group's inputs stay in L1 while the range's rows stream past, from DRAM
+// for the first group and from L2 for the next. The group size changes no bit: each input's
+// arithmetic is its own.
 constexpr int kBatchGroup = 8;
+// A group's inputs fill at most one L1d (48 KiB on the Intel Xeon of docs/benchmarks.md): a
+// larger k takes smaller groups (an 8B model's down_proj, k = 14336: one input per pass).
+constexpr std::int64_t kGroupInputBytes = 48 * 1024;
+inline std::int64_t batch_group(std::int64_t k) {
+  return std::clamp<std::int64_t>(
+      kGroupInputBytes / std::max<std::int64_t>(1, k * std::int64_t{sizeof(float)}), 1,
+      kBatchGroup);
+}
 
 template <class W>
 void gemv_batch_rows_scalar(const W* w, const float* x, float* y, std::int64_t m, std::int64_t ldy,
@@ -133,6 +144,14 @@ __attribute__((target("avx2,fma"))) inline void batch_row_avx2(const W* wr, cons
   }
 }
 
+// Several inputs spend long enough on each weight line that the demand misses alone leave DRAM
+// idle between them: the batched kernel asks for the line kPrefetchAhead bytes on (the next
+// rows, W is contiguous). Measured with BM_GemvBatch, 1 thread, 2026-12-06, Intel Xeon VM: 16
+// inputs × [1536, 576] fp32 1.46 → 0.71 ms, 8 inputs 0.77 → 0.38 ms, the lm_head [49152, 576]
+// × 16 53 → 27 ms; 1024 bytes ahead was slower, 4096 no better. One input (the plain GEMV)
+// streams at DRAM speed without it.
+constexpr std::int64_t kPrefetchAhead = 2048;
+
 // One weight row against M inputs: two accumulators each (even / odd 16-lane halves of every
 // 32-wide step: two independent FMA chains keep up with DRAM), the k tail a masked load.
 template <int M, class W>
@@ -146,6 +165,11 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void batch_row_a
   for (int i = 0; i < M; ++i) a[i] = b[i] = _mm512_setzero_ps();
   std::int64_t c = 0;
   for (; c < k32; c += 32) {
+    if constexpr (M > 1) {
+      const char* ahead = reinterpret_cast<const char*>(wr + c) + kPrefetchAhead;
+      __builtin_prefetch(ahead, 0, 3);
+      if constexpr (sizeof(W) == 4) __builtin_prefetch(ahead + 64, 0, 3);
+    }
     const __m512 w0 = load16(wr + c);
     const __m512 w1 = load16(wr + c + 16);
 #pragma GCC unroll 8
@@ -203,13 +227,15 @@ __attribute__((target("avx2,fma"))) void gemv_batch_rows_avx2(const W* w, const 
                                                               std::int64_t m, std::int64_t ldy,
                                                               std::int64_t r0, std::int64_t r1,
                                                               std::int64_t k) {
-  for (std::int64_t r = r0; r < r1; ++r) {
-    for (std::int64_t i0 = 0; i0 < m; i0 += kBatchGroup) {
+  const std::int64_t group = batch_group(k);
+  for (std::int64_t i0 = 0; i0 < m; i0 += group) {
+    const float* xg = x + i0 * k;
+    const std::int64_t g = std::min(group, m - i0);
+    for (std::int64_t r = r0; r < r1; ++r) {
       const W* wr = w + r * k;
-      const float* xg = x + i0 * k;
       float* yr = y + i0 * ldy + r;
 #define KVQ_CALL(M) batch_row_avx2<M>(wr, xg, k, yr, ldy)
-      KVQ_BATCH_GROUP_SWITCH(std::min<std::int64_t>(kBatchGroup, m - i0), KVQ_CALL)
+      KVQ_BATCH_GROUP_SWITCH(g, KVQ_CALL)
 #undef KVQ_CALL
     }
   }
@@ -219,13 +245,15 @@ template <class W>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void gemv_batch_rows_avx512(
     const W* w, const float* x, float* y, std::int64_t m, std::int64_t ldy, std::int64_t r0,
     std::int64_t r1, std::int64_t k) {
-  for (std::int64_t r = r0; r < r1; ++r) {
-    for (std::int64_t i0 = 0; i0 < m; i0 += kBatchGroup) {
+  const std::int64_t group = batch_group(k);
+  for (std::int64_t i0 = 0; i0 < m; i0 += group) {
+    const float* xg = x + i0 * k;
+    const std::int64_t g = std::min(group, m - i0);
+    for (std::int64_t r = r0; r < r1; ++r) {
       const W* wr = w + r * k;
-      const float* xg = x + i0 * k;
       float* yr = y + i0 * ldy + r;
 #define KVQ_CALL(M) batch_row_avx512<M>(wr, xg, k, yr, ldy)
-      KVQ_BATCH_GROUP_SWITCH(std::min<std::int64_t>(kBatchGroup, m - i0), KVQ_CALL)
+      KVQ_BATCH_GROUP_SWITCH(g, KVQ_CALL)
 #undef KVQ_CALL
     }
   }
@@ -416,25 +444,39 @@ void sgemm_xwt_bf16(const float* x, const std::uint16_t* w, float* y, std::int64
 
 void linear(const float* x, const float* w, float* y, std::int64_t m, std::int64_t n,
             std::int64_t k) {
-  if (m <= 0 || n <= 0) return;
-  if (m == 1) {
-    gemv(w, x, y, n, k);
-  } else if (m <= kMaxBatchedGemvRows) {
-    gemv_batch_isa(detected_isa(), w, x, y, m, n, k);
-  } else {
+  if (m <= kMaxBatchedGemvRows) {
+    linear_rows(x, w, y, m, n, k);
+  } else if (n > 0) {
     sgemm_xwt(x, w, y, m, n, k);
   }
 }
 
 void linear_bf16(const float* x, const std::uint16_t* w, float* y, std::int64_t m, std::int64_t n,
                  std::int64_t k) {
+  if (m <= kMaxBatchedGemvRows) {
+    linear_rows_bf16(x, w, y, m, n, k);
+  } else if (n > 0) {
+    sgemm_xwt_bf16(x, w, y, m, n, k);
+  }
+}
+
+void linear_rows(const float* x, const float* w, float* y, std::int64_t m, std::int64_t n,
+                 std::int64_t k) {
+  if (m <= 0 || n <= 0) return;
+  if (m == 1) {
+    gemv(w, x, y, n, k);
+  } else {
+    gemv_batch_isa(detected_isa(), w, x, y, m, n, k);
+  }
+}
+
+void linear_rows_bf16(const float* x, const std::uint16_t* w, float* y, std::int64_t m,
+                      std::int64_t n, std::int64_t k) {
   if (m <= 0 || n <= 0) return;
   if (m == 1) {
     gemv_bf16(w, x, y, n, k);
-  } else if (m <= kMaxBatchedGemvRows) {
-    gemv_batch_bf16_isa(detected_isa(), w, x, y, m, n, k);
   } else {
-    sgemm_xwt_bf16(x, w, y, m, n, k);
+    gemv_batch_bf16_isa(detected_isa(), w, x, y, m, n, k);
   }
 }
 

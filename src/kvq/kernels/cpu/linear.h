@@ -6,8 +6,8 @@
 // parallelised over output rows with OpenMP (kvq::num_threads()). A decode step of a few
 // sequences at once (1 < m <= kMaxBatchedGemvRows) runs the batched GEMV: each weight row is read
 // once for all m inputs, and every output row is bit-identical to the single-input GEMV's, so a
-// sequence decoded in a batch gets exactly the logits it gets alone (CausalLM feeds more
-// sequences' decode rows to it kMaxBatchedGemvRows at a time, never to sgemm).
+// sequence decoded in a batch gets exactly the logits it gets alone (CausalLM feeds any number of
+// sequences' decode rows to it through linear_rows, never to sgemm).
 //
 // bf16 weights (std::uint16_t holding the top 16 bits of an fp32) halve the bytes a decode step
 // reads. x, the products, the accumulation and y stay fp32: a weight is widened exactly (a 16-bit
@@ -25,7 +25,7 @@
 
 namespace kvq::kernels {
 
-// Largest m that runs the batched GEMV rather than sgemm.
+// Largest m that linear() runs as the batched GEMV rather than sgemm.
 inline constexpr std::int64_t kMaxBatchedGemvRows = 8;
 
 // x [m, k], w [n, k], y [m, n].
@@ -34,6 +34,13 @@ void linear(const float* x, const float* w, float* y, std::int64_t m, std::int64
 // The same with bf16 weights: x [m, k] fp32, w [n, k] bf16 bits, y [m, n] fp32.
 void linear_bf16(const float* x, const std::uint16_t* w, float* y, std::int64_t m, std::int64_t n,
                  std::int64_t k);
+// The same for m rows that are separate sequences' decode steps, at any m: the batched GEMV
+// (each weight row read once for all m), row i bit-identical to gemv(W, x_i) — never sgemm, so
+// a sequence decoded beside others gets exactly its logits alone.
+void linear_rows(const float* x, const float* w, float* y, std::int64_t m, std::int64_t n,
+                 std::int64_t k);
+void linear_rows_bf16(const float* x, const std::uint16_t* w, float* y, std::int64_t m,
+                      std::int64_t n, std::int64_t k);
 
 // y [n] = W [n, k] · x [k], at the detected ISA.
 void gemv(const float* w, const float* x, float* y, std::int64_t n, std::int64_t k);
