@@ -253,6 +253,31 @@ TEST_F(CliKvCache, BenchRunsEveryFormat) {
   EXPECT_EQ(ck["kv_caches"][0]["kv_scales"], "calibrated");
 }
 
+// --batch: B sequences per decode step (kvq serve's continuous batch), a row per (context,
+// batch); the weights are read once per step, so a token's share of them is weights / B.
+TEST_F(CliKvCache, BenchDecodesBatchesOfSequences) {
+  const auto j = run_json({"bench", "--model", model(), "--kv-cache", "int8", "--contexts", "24",
+                           "--batch", "1,3", "--threads", "1", "--repeats", "1", "--decode-steps",
+                           "2", "--prefill", "8", "--no-machine", "--json"});
+  ASSERT_FALSE(j.is_null());
+  ASSERT_EQ(j["decode"].size(), 2u);
+  const std::int64_t weights = j["weight_bytes"].get<std::int64_t>();
+  const std::int64_t kv = 24 * kValuesPerToken;  // int8: one byte a value
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::int64_t b = i == 0 ? 1 : 3;
+    EXPECT_EQ(j["decode"][i]["batch"].get<std::int64_t>(), b);
+    EXPECT_EQ(j["decode"][i]["context"].get<std::int64_t>(), 24);
+    EXPECT_EQ(j["decode"][i]["bytes_per_token"].get<std::int64_t>(), (weights + b * kv) / b);
+    EXPECT_GT(j["decode"][i]["tok_s_best"].get<double>(), 0.0);
+  }
+  const CliResult r =
+      run_kvq({"bench", "--model", model(), "--contexts", "24", "--batch", "2", "--threads", "1",
+               "--repeats", "1", "--decode-steps", "1", "--prefill", "8", "--no-machine"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| context | batch |"), std::string::npos) << r.out;
+  expect_error({"bench", "--model", model(), "--batch", "0", "--no-machine"}, "--batch");
+}
+
 }  // namespace
 }  // namespace kvq::test
 
