@@ -6,6 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "kvq/core/dtype.h"
@@ -333,12 +337,38 @@ void gemv_parallel(Isa isa, const W* w, const float* x, float* y, std::int64_t n
   for_row_chunks(n, n * k, [&](std::int64_t r0, std::int64_t r1) { kernel(w, x, y, r0, r1, k); });
 }
 
+// The batched kernels load one vector of x per FMA: from a 64-byte boundary that is one cache
+// line, from anywhere else two. The engine's activations live in std::vectors (16-byte aligned),
+// so x [m, k] is copied once per call to 64-byte-aligned scratch when its rows would not be
+// aligned there (k a multiple of 16): 16 inputs × [64, 576] with L2-resident weights ran at 44 →
+// 70 GFLOP/s on the Intel Xeon VM (2026-12-06), for a copy of m·k floats per matrix. The values,
+// and so every bit of y, stay the same.
+const float* aligned_inputs(const float* x, std::int64_t m, std::int64_t k) {
+  constexpr std::size_t kAlign = 64;
+  if (reinterpret_cast<std::uintptr_t>(x) % kAlign == 0 || k % 16 != 0) return x;
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> scratch;
+  thread_local std::size_t capacity = 0;  // floats
+  const auto need = static_cast<std::size_t>(m * k);
+  if (need > capacity) {
+    const std::size_t floats = (need + 15) / 16 * 16;  // aligned_alloc: a multiple of kAlign
+    scratch.reset(static_cast<float*>(std::aligned_alloc(kAlign, floats * sizeof(float))));
+    if (!scratch) throw std::bad_alloc();
+    capacity = floats;
+  }
+  std::copy(x, x + need, scratch.get());
+  return scratch.get();
+}
+
 template <class W>
 void gemv_batch_parallel(Isa isa, const W* w, const float* x, float* y, std::int64_t m,
                          std::int64_t n, std::int64_t k) {
   const GemvBatchRows<W> kernel = batch_rows_kernel<W>(isa);
+  const float* xa = aligned_inputs(x, m, k);
   for_row_chunks(n, m * n * k,
-                 [&](std::int64_t r0, std::int64_t r1) { kernel(w, x, y, m, n, r0, r1, k); });
+                 [&](std::int64_t r0, std::int64_t r1) { kernel(w, xa, y, m, n, r0, r1, k); });
 }
 
 void widen_bf16_scalar(const std::uint16_t* in, float* out, std::int64_t count) {
