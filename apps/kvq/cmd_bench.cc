@@ -101,6 +101,11 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(std::int64_t{1}, kMaxBatch))
       ->capture_default_str();
+  cmd->add_option("--block-size", a->options.block_size,
+                  "Decode from paged caches of this many positions per block, as kvq serve's\n"
+                  "(its --block-size; blocks taken a block per sequence in turn); 0: contiguous")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1024}))
+      ->capture_default_str();
   cmd->add_option("--kv-cache", a->kv_caches, runtime::kv_cache_flag_help(true))
       ->delimiter(',')
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@
 #include "kvq/core/log.h"
 #include "kvq/core/threading.h"
 #include "kvq/model/causal_lm.h"
+#include "kvq/model/kv_block_pool.h"
 #include "kvq/runtime/kv_cache_choice.h"
 
 namespace kvq::eval {
@@ -65,13 +67,34 @@ double prefill_gflop(const ModelCost& cost, std::int64_t tokens) {
 DecodeRow time_decode(model::CausalLM& model, const model::KvCacheConfig& kv, std::int64_t context,
                       std::int64_t batch, const BenchOptions& options,
                       const std::vector<std::int32_t>& decode_ids) {
+  const std::int64_t capacity = context + options.decode_steps;
+  // Paged (options.block_size > 0): one pool holding exactly the batch's blocks, taken a block
+  // per sequence in turn as kvq serve's growing sequences take them, so a sequence's blocks are
+  // spread through the pool as there. Declared before the caches: they give their blocks back.
+  std::unique_ptr<model::KvBlockPool> pool;
+  if (options.block_size > 0) {
+    const std::int64_t block_bytes = model.kv_block_bytes(kv, options.block_size);
+    pool = std::make_unique<model::KvBlockPool>(
+        batch * model.cache_blocks(capacity, kv, options.block_size) * block_bytes,
+        options.block_size, block_bytes);
+  }
   std::vector<model::KvCache> caches;
   caches.reserve(static_cast<std::size_t>(batch));
   std::vector<model::KvCache*> ptrs;
   for (std::int64_t b = 0; b < batch; ++b) {
-    caches.push_back(model.make_cache(1, context + options.decode_steps, kv));
-    fill_cache_synthetic(caches.back(), context);
-    ptrs.push_back(&caches.back());
+    caches.push_back(model.make_cache(1, capacity, kv, pool.get()));
+  }
+  if (pool) {
+    for (std::int64_t t = options.block_size;; t += options.block_size) {
+      for (model::KvCache& c : caches) {
+        KVQ_CHECK(c.reserve(std::min(t, capacity)), "bench: the block pool is short");
+      }
+      if (t >= capacity) break;
+    }
+  }
+  for (model::KvCache& c : caches) {
+    fill_cache_synthetic(c, context);
+    ptrs.push_back(&c);
   }
   std::vector<double> per_token;
   for (int r = -1; r < options.repeats; ++r) {
@@ -101,6 +124,7 @@ DecodeRow time_decode(model::CausalLM& model, const model::KvCacheConfig& kv, st
   d.context = context;
   d.steps = options.decode_steps;
   d.batch = batch;
+  d.block_size = options.block_size;
   d.seconds_per_token = time_stats(per_token);
   d.tok_s_best = 1.0 / d.seconds_per_token.min;
   d.tok_s_median = 1.0 / d.seconds_per_token.median;
@@ -190,6 +214,8 @@ BenchReport run_bench(std::span<model::CausalLM* const> models, const BenchOptio
   if (options.repeats < 1) fail<InvalidArgument>("bench: --repeats must be >= 1");
   if (options.decode_steps < 1) fail<InvalidArgument>("bench: --decode-steps must be >= 1");
   if (options.batches.empty()) fail<InvalidArgument>("bench: --batch needs at least one value");
+  if (options.block_size < 0)
+    fail<InvalidArgument>("bench: --block-size must be >= 0, got {}", options.block_size);
   for (std::int64_t b : options.batches) {
     if (b < 1) fail<InvalidArgument>("bench: batch sizes must be >= 1, got {}", b);
   }
@@ -317,14 +343,15 @@ std::string bench_markdown(const BenchReport& r) {
         p.weights, p.kv, p.tokens, p.seconds.min * 1e3, p.seconds.median * 1e3, p.tok_s_best,
         p.tok_s_median, p.gflops_best, p.sgemm_fraction * 100);
   }
-  s += "\n| threads | weights | kv | context | batch | ms/token min | ms/token median | tok/s best "
-       "| tok/s median | MB read/token | GB/s best | of DRAM read |\n"
-       "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  s += "\n| threads | weights | kv | context | batch | block | ms/token min | ms/token median | "
+       "tok/s best | tok/s median | MB read/token | GB/s best | of DRAM read |\n"
+       "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const DecodeRow& d : r.decode) {
     s += fmt::format(
-        "| {} | {} | {} | {} | {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.0f}% "
-        "|\n",
-        d.threads, d.weights, d.kv, d.context, d.batch, d.seconds_per_token.min * 1e3,
+        "| {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | "
+        "{:.0f}% |\n",
+        d.threads, d.weights, d.kv, d.context, d.batch,
+        d.block_size > 0 ? std::to_string(d.block_size) : "-", d.seconds_per_token.min * 1e3,
         d.seconds_per_token.median * 1e3, d.tok_s_best, d.tok_s_median, d.bytes_per_token / 1e6,
         d.gbs_best, d.dram_fraction * 100);
   }
@@ -377,6 +404,7 @@ nlohmann::json bench_json(const BenchReport& r) {
                            {"context", d.context},
                            {"steps", d.steps},
                            {"batch", d.batch},
+                           {"block_size", d.block_size},
                            {"seconds_per_token_min", d.seconds_per_token.min},
                            {"seconds_per_token_median", d.seconds_per_token.median},
                            {"tok_s_best", d.tok_s_best},

@@ -18,7 +18,9 @@
 //   batch:   with `batch` B > 1, B caches are filled alike and every timed step decodes one token
 //            of each (CausalLM::decode_step: kvq serve's continuous batch; each sequence's bits
 //            are its bits alone). tok/s counts all B tokens; a step reads the weights once and
-//            B caches, so bytes per token = (weights + B · KV of `context`) / B.
+//            B caches, so bytes per token = (weights + B · KV of `context`) / B. With
+//            `block_size` > 0 the caches are paged as kvq serve's (one KvBlockPool, blocks taken
+//            a block per sequence in turn), so the kernels take rows in block-long runs.
 // Every figure is taken `repeats` times; min and median are reported (times, so the best
 // throughput is the one of the min time). Several models (the same checkpoint loaded with f32
 // and bf16 weights) run in one report, side by side for each thread count.
@@ -67,7 +69,8 @@ struct BenchOptions {
   int repeats = 5;
   std::int64_t decode_steps = 16;           // timed single-token forwards per repeat
   std::vector<std::int64_t> batches = {1};  // sequences decoded together per step
-  bool machine = true;                      // measure DRAM bandwidth and sgemm peak
+  std::int64_t block_size = 0;  // > 0: paged caches from one pool (kvq serve's); 0: contiguous
+  bool machine = true;          // measure DRAM bandwidth and sgemm peak
 };
 
 struct MachineRow {
@@ -90,6 +93,7 @@ struct DecodeRow {
   std::string kv = "f32";       // KvCacheConfig::label
   std::int64_t context = 0, steps = 0;
   std::int64_t batch = 1;       // sequences per step (tokens per step)
+  std::int64_t block_size = 0;  // positions per KV block; 0: contiguous caches
   TimeStats seconds_per_token;  // step time / batch
   double tok_s_best = 0.0, tok_s_median = 0.0;
   std::int64_t bytes_per_token = 0;  // (weights (in their dtype) + batch · KV of `context`) / batch

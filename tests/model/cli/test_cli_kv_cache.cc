@@ -274,7 +274,18 @@ TEST_F(CliKvCache, BenchDecodesBatchesOfSequences) {
       run_kvq({"bench", "--model", model(), "--contexts", "24", "--batch", "2", "--threads", "1",
                "--repeats", "1", "--decode-steps", "1", "--prefill", "8", "--no-machine"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("| context | batch |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| context | batch | block |"), std::string::npos) << r.out;
+  // Paged caches (kvq serve's pool): the same rows, with the block size.
+  const auto paged =
+      run_json({"bench", "--model",      model(), "--kv-cache",     "int8", "--contexts",
+                "40",    "--batch",      "3",     "--block-size",   "16",   "--threads",
+                "1",     "--repeats",    "1",     "--decode-steps", "2",    "--prefill",
+                "8",     "--no-machine", "--json"});
+  ASSERT_FALSE(paged.is_null());
+  ASSERT_EQ(paged["decode"].size(), 1u);
+  EXPECT_EQ(paged["decode"][0]["block_size"].get<std::int64_t>(), 16);
+  EXPECT_EQ(paged["decode"][0]["batch"].get<std::int64_t>(), 3);
+  EXPECT_GT(paged["decode"][0]["tok_s_best"].get<double>(), 0.0);
   expect_error({"bench", "--model", model(), "--batch", "0", "--no-machine"}, "--batch");
 }
 
