@@ -97,6 +97,7 @@ DecodeRow time_decode(model::CausalLM& model, const model::KvCacheConfig& kv, st
     ptrs.push_back(&c);
   }
   std::vector<double> per_token;
+  std::vector<std::int32_t> step(static_cast<std::size_t>(batch));  // one token per sequence
   for (int r = -1; r < options.repeats; ++r) {
     for (model::KvCache& c : caches) {
       // A ring may have overwritten what the context needs (decode steps > its chunk).
@@ -112,8 +113,7 @@ DecodeRow time_decode(model::CausalLM& model, const model::KvCacheConfig& kv, st
         model.forward(std::span<const std::int32_t>(decode_ids.data() + s, 1), caches.front(),
                       model::LogitsMode::kLast);
       } else {
-        const std::vector<std::int32_t> step(static_cast<std::size_t>(batch),
-                                             decode_ids[static_cast<std::size_t>(s)]);
+        std::fill(step.begin(), step.end(), decode_ids[static_cast<std::size_t>(s)]);
         model.decode_step(step, ptrs);
       }
     }
