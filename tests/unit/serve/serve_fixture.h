@@ -34,6 +34,10 @@ class TinyServer {
     if (options.scheduler.kv_cache_bytes == SchedulerOptions{}.kv_cache_bytes) {
       options.scheduler.kv_cache_bytes = 4 << 20;
     }
+    // The tiny model's sequences are tens of tokens: 16-position blocks make them span several.
+    if (options.scheduler.block_tokens == SchedulerOptions{}.block_tokens) {
+      options.scheduler.block_tokens = 16;
+    }
     server_ = std::make_unique<Server>(source_, options);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->listen(); });
