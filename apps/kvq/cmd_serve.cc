@@ -110,7 +110,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--block-size", a->block_size,
                   "Positions per KV block (vLLM's --block-size; 128 is vLLM's CPU default): "
                   "smaller wastes less of a sequence's last block, larger means fewer, longer runs "
-                  "of rows per block (16 made a 16-sequence decode step 1.1-1.4x slower here)")
+                  "of rows per block (16 made a 16-sequence decode step 1.1-1.6x slower here)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1024}))
       ->capture_default_str();
   cmd->add_option("--preemption-mode", a->preemption,

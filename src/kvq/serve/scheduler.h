@@ -57,7 +57,7 @@ struct SchedulerOptions {
   model::KvCacheConfig kv_cache;            // every sequence's cache
   std::int64_t kv_cache_bytes = 1ll << 30;  // the KV block pool's budget
   // Positions per KV block (of one layer): vLLM's CPU default; 16-position blocks made a decode
-  // step 1.1-1.4x slower and took 8-bit KV's lead over bf16 (docs/benchmarks.md).
+  // step 1.1-1.6x slower and took 8-bit KV's lead over bf16 (docs/benchmarks.md).
   std::int64_t block_tokens = 128;
   std::int64_t max_seqs = 8;           // sequences running at once
   std::int64_t max_queue = 64;         // sequences waiting for a seat or blocks
