@@ -129,6 +129,21 @@ const std::vector<SchemeDef>& builtin_schemes() {
        "K int8_g32, V int4_g32_mse (6.5 bits per value), R2 + R3, key smoothing, first token in "
        "bf16",
        r("rotate_r2_r3_smooth_k.yaml"), "int8_g32/int4_g32_mse+sink1", false, false},
+      // Per-layer formats (KvCacheConfig::layer_formats): layer 1's V carries a quarter of V's
+      // 4-bit error on SmolLM2 (docs/results.md), so it keeps 8 bits. Run by name.
+      {"KV-INT4-Group32-MSE+R3+KS+Sink1+V1-INT8",
+       "KV-INT4-Group32-MSE+R3+KS+Sink1 with layer 1's V in int8_g32 (per-layer formats)",
+       r("rotate_r2_r3_smooth_k.yaml"), "int4_g32_mse+sink1+v1=int8_g32", false, false},
+      // 4.5 bits spent where they matter: one scale per 64 values (4.25 bits) everywhere, and the
+      // quarter bit left buys a fifth bit for the K of the 13 layers and the V of the 2 layers
+      // whose 4-bit error costs most (a per-layer sensitivity scan, docs/results.md). Run by name.
+      {"KV-INT4-Group64-MSE+R3+KS+Sink1+Layers5",
+       "int4_g64_mse K/V, 13 layers' K and 2 layers' V in int5_g64_mse (4.5 bits per value), R2 "
+       "+ R3, key smoothing, first token in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"),
+       "int4_g64_mse+sink1+k1-3=int5_g64_mse+k9-11=int5_g64_mse+k13=int5_g64_mse+k17-20=int5_"
+       "g64_mse+k22-23=int5_g64_mse+v1=int5_g64_mse+v3=int5_g64_mse",
+       false, false},
       {"KV-INT8-Group32+R3+KS", "KV-INT8-Group32 after key smoothing and SpinQuant R2 + R3",
        r("rotate_r2_r3_smooth_k.yaml"), "int8_g32", false, false},
       // The reference PR's FP4 attention per head (q fake-quantized; K/V packed as NVFP4 under
@@ -493,22 +508,32 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
   // fake-quant hooks stand aside for it), else the scheme's format with dynamic scales. A scheme
   // whose k/v cannot be packed (partially quantized) runs its fake quantization, with a warning.
   const model::KvCacheConfig kv = runtime::resolve_kv_cache(def.kv_cache, lc.get(), def.name);
-  // What a value costs in the cache the scheme stands for (K and V may differ).
+  // What a value costs in the cache the scheme stands for (K and V, and layers, may differ).
   quant::KvFormat stored = kv.k_format(), stored_v = kv.v_format();
+  std::vector<model::KvCacheConfig::LayerFormat> stored_layers = kv.layer_formats;
   if (kv.fake_quant) {
     try {
-      stored = stored_v = lc->kv_format();
+      const model::KvCacheConfig ckpt = lc->kv_cache_config();
+      stored = stored_v = ckpt.format;
+      stored_layers = ckpt.layer_formats;
     } catch (const NotSupported&) {
       stored = stored_v = quant::KvFormat::kF32;  // no packed format at all: an fp32 cache
+      stored_layers.clear();
     }
   }
+  model::KvCacheConfig costs =
+      model::KvCacheConfig::dynamic(stored, model::KvScaleGranularity::kHead, false, stored_v);
+  costs.layer_formats = stored_layers;
   r.kv_format = stored_v == stored ? std::string(quant::kv_format_name(stored))
                                    : fmt::format("{}/{}", quant::kv_format_name(stored),
                                                  quant::kv_format_name(stored_v));
+  for (const model::KvCacheConfig::LayerFormat& lf : stored_layers)
+    r.kv_format += fmt::format("+{}", model::KvCacheConfig::of(stored).layer_format_label(lf));
+  r.kv_bytes_per_token = runtime::kv_bytes_per_token(m, costs);
+  const auto& mc = m.config();
   r.kv_bits_per_value =
-      4.0 * (quant::kv_bytes_per_value(stored) + quant::kv_bytes_per_value(stored_v));
-  r.kv_bytes_per_token = runtime::kv_bytes_per_token(
-      m, model::KvCacheConfig::dynamic(stored, model::KvScaleGranularity::kHead, false, stored_v));
+      8.0 * static_cast<double>(r.kv_bytes_per_token) /
+      static_cast<double>(2 * mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim);
   if (kv.sink_tokens > 0) {
     // Sink rows cost bf16 instead of the format once per sequence: spread over the context.
     const double share = static_cast<double>(std::min(kv.sink_tokens, options_.ctx)) /

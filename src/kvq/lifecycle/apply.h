@@ -95,8 +95,11 @@ class QuantizationLifecycle {
   // The config of a packed cache that stores k/v as this lifecycle's k/v fake quantization does:
   // per layer the calibrated (or loaded) k/v scales, one value (tensor) or one per kv head
   // (attn_head), and zero points (asymmetric int); NVFP4: global scale 448 / scale per stream.
-  // InvalidArgument naming the module when a scale is not calibrated; NotSupported when some
-  // layers are not quantized (the cache has one format for every layer: use fake quant then).
+  // Layers quantized in another format than the first quantized one's, and layers without k/v
+  // quantization (f32, as under fake quantization), are per-layer exceptions
+  // (KvCacheConfig::layer_formats). InvalidArgument naming the module when a scale is not
+  // calibrated; NotSupported (use fake quant then) for k/v in a format kvq does not pack, k
+  // without v, or layers with different scale granularities.
   // A forward on such a cache leaves k/v to it: the k/v fake-quant hooks see
   // StatesView::quantized_by_cache and stand aside, so k/v are quantized once, by the cache; on
   // any other cache (or none) the hooks fake-quantize. Nothing to switch.

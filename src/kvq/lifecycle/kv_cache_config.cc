@@ -42,6 +42,17 @@ void stream_params(const QuantizedAttentionState& s, char base, KvFormat format,
   if (p->zero_point) zero_point = *p->zero_point;
 }
 
+std::optional<model::KvScaleGranularity> granularity_of(const quant::QuantizationArgs& args) {
+  switch (args.strategy_or_tensor()) {
+    case QuantizationStrategy::kTensor:
+      return model::KvScaleGranularity::kTensor;
+    case QuantizationStrategy::kAttnHead:
+      return model::KvScaleGranularity::kHead;
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace
 
 KvFormat QuantizationLifecycle::kv_format() const {
@@ -60,44 +71,62 @@ KvFormat QuantizationLifecycle::kv_format() const {
 }
 
 std::optional<model::KvScaleGranularity> QuantizationLifecycle::kv_granularity() const {
-  for (const auto& s : states_) {
-    if (!s->k) continue;
-    switch (s->args().strategy_or_tensor()) {
-      case QuantizationStrategy::kTensor:
-        return model::KvScaleGranularity::kTensor;
-      case QuantizationStrategy::kAttnHead:
-        return model::KvScaleGranularity::kHead;
-      default:
-        return std::nullopt;
-    }
-  }
+  for (const auto& s : states_)
+    if (s->k) return granularity_of(s->args());
   return std::nullopt;
 }
 
 model::KvCacheConfig QuantizationLifecycle::kv_cache_config() const {
   model::KvCacheConfig spec;
-  spec.format = kv_format();
+  spec.format = kv_format();  // the first quantized layer's; other layers' are exceptions
   spec.scales = model::KvScales::kCalibrated;
   spec.granularity = kv_granularity();
   const auto layers = model_->config().num_hidden_layers;
   std::vector<const QuantizedAttentionState*> by_layer(static_cast<std::size_t>(layers), nullptr);
-  for (const auto& s : states_)
-    if (s->k && s->v) by_layer.at(static_cast<std::size_t>(s->module->layer_idx())) = s.get();
+  for (const auto& s : states_) {
+    if (!s->k && !s->v) continue;
+    if (!s->k || !s->v)
+      fail<NotSupported>(
+          "packed KV cache: {} quantizes only its {} (a packed cache stores k and v quantized "
+          "alike); run it with fake quantization",
+          s->name, s->k ? "k" : "v");
+    by_layer.at(static_cast<std::size_t>(s->module->layer_idx())) = s.get();
+  }
+  // Layer l in `format` where that is not the cache's: a per-layer exception, consecutive layers
+  // of one format in one range. Unquantized layers keep f32 k/v, as under fake quantization.
+  const auto except = [&](std::int64_t l, KvFormat format) {
+    if (format == spec.format) return;
+    auto& ex = spec.layer_formats;
+    if (!ex.empty() && ex.back().format == format && ex.back().last == l - 1) {
+      ex.back().last = l;
+    } else {
+      ex.push_back({.first = l, .last = l, .keys = true, .values = true, .format = format});
+    }
+  };
   for (std::int64_t l = 0; l < layers; ++l) {
     const QuantizedAttentionState* s = by_layer[static_cast<std::size_t>(l)];
-    if (s == nullptr)
-      fail<NotSupported>(
-          "packed KV cache: layer {} has no k/v quantization (the packed cache stores every layer "
-          "in one format); run partially quantized models with fake quantization",
-          l);
-    // Every module must share the format: a config group may give layers different schemes.
-    const KvFormat f = quant::kv_format_for_args(s->args()).value_or(KvFormat::kF32);
-    if (f != spec.format)
-      fail<NotSupported>("packed KV cache: {} uses {} k/v but layer 0 uses {}", s->name,
-                         quant::kv_format_name(f), quant::kv_format_name(spec.format));
     model::KvLayerScales ls;
-    stream_params(*s, 'k', spec.format, ls.k_scale, ls.k_zero_point, ls.k_global_scale);
-    stream_params(*s, 'v', spec.format, ls.v_scale, ls.v_zero_point, ls.v_global_scale);
+    if (s == nullptr) {
+      except(l, KvFormat::kF32);
+      spec.layers.push_back(std::move(ls));
+      continue;
+    }
+    // A config group may give layers different schemes: each its own packed format, under one
+    // scale granularity (the cache's).
+    const std::optional<KvFormat> f = quant::kv_format_for_args(s->args());
+    if (!f)
+      fail<NotSupported>(
+          "packed KV cache: {} uses {}-bit {} k/v, which kvq does not pack; run it with fake "
+          "quantization",
+          s->name, s->args().num_bits, quant::to_string(s->args().type));
+    if (granularity_of(s->args()) != spec.granularity)
+      fail<NotSupported>(
+          "packed KV cache: {} has {} k/v scales, another layer does not: a cache takes one "
+          "granularity; run it with fake quantization",
+          s->name, quant::to_string(s->args().strategy_or_tensor()));
+    except(l, *f);
+    stream_params(*s, 'k', *f, ls.k_scale, ls.k_zero_point, ls.k_global_scale);
+    stream_params(*s, 'v', *f, ls.v_scale, ls.v_zero_point, ls.v_global_scale);
     spec.layers.push_back(std::move(ls));
   }
   return spec;

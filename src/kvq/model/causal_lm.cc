@@ -429,13 +429,14 @@ KvCache CausalLM::make_cache(std::int64_t batch, std::int64_t capacity, const Kv
 
 std::int64_t CausalLM::kv_block_bytes(const KvCacheConfig& config,
                                       std::int64_t block_tokens) const {
-  return KvCache::block_bytes(config_.num_key_value_heads, config_.head_dim, config, block_tokens);
+  return KvCache::block_bytes(config_.num_hidden_layers, config_.num_key_value_heads,
+                              config_.head_dim, config, block_tokens);
 }
 
 std::int64_t CausalLM::cache_blocks(std::int64_t tokens, const KvCacheConfig& config,
                                     std::int64_t block_tokens) const {
-  return KvCache::blocks_for(tokens, config_.num_hidden_layers, tokens, config, block_tokens,
-                             attention_windows());
+  return KvCache::blocks_for(tokens, config_.num_hidden_layers, config_.num_key_value_heads,
+                             config_.head_dim, tokens, config, block_tokens, attention_windows());
 }
 
 std::int64_t CausalLM::cache_bytes(std::int64_t batch, std::int64_t capacity,

@@ -35,7 +35,7 @@ std::vector<float> expand(const std::vector<float>& v, std::int64_t kv_heads, fl
 KvStreamParams stream_params(const KvCacheConfig& spec, std::int64_t layer, std::int64_t kv_heads,
                              const char* kv) {
   const std::string base(kv);
-  const KvFormat f = base == "k" ? spec.k_format() : spec.v_format();
+  const KvFormat f = base == "k" ? spec.k_format(layer) : spec.v_format(layer);
   const quant::KvFormatTraits& t = quant::kv_format_traits(f);
   static const KvLayerScales kDefaults;
   const KvLayerScales& ls =
@@ -308,7 +308,7 @@ void check_fits_in_memory(double bytes, std::int64_t capacity, std::int64_t batc
   }
 }
 
-void check_sink_tokens(const KvCacheConfig& spec) {
+void check_sink_tokens(const KvCacheConfig& spec, std::int64_t layers) {
   const quant::KvFormatTraits& t = quant::kv_format_traits(spec.format);
   if (spec.sink_tokens < 0 || spec.sink_tokens > KvCacheConfig::kMaxSinkTokens) {
     fail<InvalidArgument>("KV cache ({}): {} sink tokens; expected 0 to {}", t.name,
@@ -318,7 +318,10 @@ void check_sink_tokens(const KvCacheConfig& spec) {
     const quant::KvFormatTraits& ft = quant::kv_format_traits(f);
     return ft.needs_scale || ft.has_row_scales();
   };
-  if (!quantized(spec.k_format()) && !quantized(spec.v_format())) {
+  bool any_quantized = false;
+  for (std::int64_t l = 0; l < layers; ++l)
+    any_quantized = any_quantized || quantized(spec.k_format(l)) || quantized(spec.v_format(l));
+  if (!any_quantized) {
     fail<InvalidArgument>(
         "KV cache ({}): sink tokens keep the first tokens in bf16 apart from a quantized cache; "
         "{} stores every token unquantized already",
@@ -345,15 +348,15 @@ std::int64_t KvCache::allocated_bytes(std::int64_t layers, std::int64_t batch,
                                       std::int64_t kv_heads, std::int64_t head_dim,
                                       std::int64_t capacity, const KvCacheConfig& config,
                                       std::span<const std::int64_t> layer_windows) {
-  const auto row = static_cast<double>(quant::kv_row_bytes(config.k_format(), head_dim) +
-                                       quant::kv_row_bytes(config.v_format(), head_dim));
-  double rows = 0;
+  double row_bytes = 0;  // summed over layers: rows x (K + V row bytes)
   for (std::int64_t l = 0; l < layers; ++l) {
     const std::int64_t w = layer_windows.empty() ? 0 : layer_windows[static_cast<std::size_t>(l)];
-    rows += static_cast<double>(layer_rows(capacity, w, config.window_chunk));
+    row_bytes += static_cast<double>(layer_rows(capacity, w, config.window_chunk)) *
+                 static_cast<double>(quant::kv_row_bytes(config.k_format(l), head_dim) +
+                                     quant::kv_row_bytes(config.v_format(l), head_dim));
   }
   // In double: absurd sizes (--ctx 10^8 on a large model) saturate instead of overflowing.
-  const double bytes = rows * static_cast<double>(batch) * static_cast<double>(kv_heads) * row;
+  const double bytes = row_bytes * static_cast<double>(batch) * static_cast<double>(kv_heads);
   return bytes >= 9.0e18 ? std::numeric_limits<std::int64_t>::max()
                          : static_cast<std::int64_t>(bytes);
 }
@@ -392,13 +395,33 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
       static_cast<std::size_t>(*spec.value_format) >= quant::kv_format_table().size()) {
     fail<InvalidArgument>("KV cache: unknown V format {}", static_cast<int>(*spec.value_format));
   }
-  for (const KvFormat f : {spec.k_format(), spec.v_format()}) {
-    if (const quant::KvFormatTraits& t = quant::kv_format_traits(f);
-        t.head_dim_multiple > 0 && head_dim % t.head_dim_multiple != 0) {
+  for (const KvCacheConfig::LayerFormat& lf : spec.layer_formats) {
+    if (static_cast<std::size_t>(lf.format) >= quant::kv_format_table().size()) {
+      fail<InvalidArgument>("KV cache: unknown format {} for layers {}-{}",
+                            static_cast<int>(lf.format), lf.first, lf.last);
+    }
+    if (lf.first < 0 || lf.last < lf.first || lf.last >= layers || !(lf.keys || lf.values)) {
+      fail<InvalidArgument>("KV cache ({}): '{}' names layers {}-{}; the model has layers 0-{}",
+                            spec.label(), spec.layer_format_label(lf), lf.first, lf.last,
+                            layers - 1);
+    }
+  }
+  for (std::int64_t l = 0; l < layers; ++l) {
+    for (const KvFormat f : {spec.k_format(l), spec.v_format(l)}) {
+      if (const quant::KvFormatTraits& t = quant::kv_format_traits(f);
+          t.head_dim_multiple > 0 && head_dim % t.head_dim_multiple != 0) {
+        fail<InvalidArgument>(
+            "KV cache ({}): head_dim {} is not a multiple of {}: {} stores one scale per block "
+            "of {} values of a row",
+            t.name, head_dim, t.head_dim_multiple, t.name, t.block_values);
+      }
+    }
+    if (spec.int8_query_scores && !quant::kv_int8_query_supported(spec.k_format(l), head_dim)) {
       fail<InvalidArgument>(
-          "KV cache ({}): head_dim {} is not a multiple of {}: {} stores one scale per block of "
-          "{} values of a row",
-          t.name, head_dim, t.head_dim_multiple, t.name, t.block_values);
+          "KV cache ({}, head_dim {}): int8-query decode scores (+q8) need an int8 or int4 K "
+          "cache, or nvfp4 with head_dim a multiple of 64: they multiply int8 query codes by "
+          "integer K codes (layer {} keeps K in {})",
+          spec.label(), head_dim, l, quant::kv_format_name(spec.k_format(l)));
     }
   }
   if (spec.v_format() != spec.k_format() &&
@@ -416,25 +439,17 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     fail<InvalidArgument>("KV cache ({}): calibrated scales were announced but none are given",
                           quant::kv_format_name(spec.format));
   }
-  if (spec.int8_query_scores && !quant::kv_int8_query_supported(spec.format, head_dim)) {
-    fail<InvalidArgument>(
-        "KV cache ({}, head_dim {}): int8-query decode scores (+q8) need an int8 or int4 cache, "
-        "or nvfp4 with head_dim a multiple of 64: they multiply int8 query codes by integer K "
-        "codes",
-        quant::kv_format_name(spec.format), head_dim);
-  }
-  if (spec.sink_tokens != 0) check_sink_tokens(spec);
-  std::int64_t block_rows = 0;
+  if (spec.sink_tokens != 0) check_sink_tokens(spec, layers);
   if (pool != nullptr) {
     if (batch != 1)
       fail<InvalidArgument>("KV cache: a paged cache holds 1 sequence, not {}", batch);
-    block_rows = pool->block_tokens();
-    if (const std::int64_t want = block_bytes(kv_heads, head_dim, spec, block_rows);
+    if (const std::int64_t want =
+            block_bytes(layers, kv_heads, head_dim, spec, pool->block_tokens());
         pool->block_bytes() != want) {
       fail<InvalidArgument>(
           "KV cache ({}): the block pool's blocks have {} bytes, this cache's {} ({} tokens of "
           "{} kv heads)",
-          spec.label(), pool->block_bytes(), want, block_rows, kv_heads);
+          spec.label(), pool->block_bytes(), want, pool->block_tokens(), kv_heads);
     }
     lease_.pool = pool;
   } else {
@@ -450,9 +465,11 @@ KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t kv_heads,
     KvStreamParams vp = stream_params(spec, l, kv_heads, "v");
     const std::int64_t rows =
         layer_rows(capacity, windows_[static_cast<std::size_t>(l)], spec.window_chunk);
-    keys_.emplace_back(spec.k_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens, rows,
-                       block_rows);
-    values_.emplace_back(spec.v_format(), batch, kv_heads, capacity, head_dim, spec.sink_tokens,
+    const std::int64_t block_rows =
+        pool == nullptr ? 0 : layer_block_rows(l, kv_heads, head_dim, spec, pool->block_bytes());
+    keys_.emplace_back(spec.k_format(l), batch, kv_heads, capacity, head_dim, spec.sink_tokens,
+                       rows, block_rows);
+    values_.emplace_back(spec.v_format(l), batch, kv_heads, capacity, head_dim, spec.sink_tokens,
                          rows, block_rows);
     keys_.back().set_params(std::move(kp));
     keys_.back().set_int8_query_scores(spec.int8_query_scores);
@@ -474,14 +491,14 @@ KvCache::BlockLease::~BlockLease() {
   if (pool != nullptr && !blocks.empty()) pool->give_back(blocks);
 }
 
-std::int64_t KvCache::block_bytes(std::int64_t kv_heads, std::int64_t head_dim,
-                                  const KvCacheConfig& config, std::int64_t block_tokens) {
-  return block_tokens * kv_heads *
-         static_cast<std::int64_t>(quant::kv_row_bytes(config.k_format(), head_dim) +
-                                   quant::kv_row_bytes(config.v_format(), head_dim));
-}
-
 namespace {
+
+// K + V row bytes of one position of one kv head of layer l.
+std::int64_t pair_row_bytes(const KvCacheConfig& config, std::int64_t layer,
+                            std::int64_t head_dim) {
+  return static_cast<std::int64_t>(quant::kv_row_bytes(config.k_format(layer), head_dim) +
+                                   quant::kv_row_bytes(config.v_format(layer), head_dim));
+}
 
 std::int64_t blocks_of_rows(std::int64_t rows, std::int64_t block_tokens) {
   return (rows + block_tokens - 1) / block_tokens;
@@ -489,14 +506,30 @@ std::int64_t blocks_of_rows(std::int64_t rows, std::int64_t block_tokens) {
 
 }  // namespace
 
-std::int64_t KvCache::blocks_for(std::int64_t tokens, std::int64_t layers, std::int64_t capacity,
+std::int64_t KvCache::block_bytes(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim,
+                                  const KvCacheConfig& config, std::int64_t block_tokens) {
+  std::int64_t widest = 0;
+  for (std::int64_t l = 0; l < layers; ++l)
+    widest = std::max(widest, pair_row_bytes(config, l, head_dim));
+  return block_tokens * kv_heads * widest;
+}
+
+std::int64_t KvCache::layer_block_rows(std::int64_t layer, std::int64_t kv_heads,
+                                       std::int64_t head_dim, const KvCacheConfig& config,
+                                       std::int64_t block_bytes) {
+  return block_bytes / (kv_heads * pair_row_bytes(config, layer, head_dim));
+}
+
+std::int64_t KvCache::blocks_for(std::int64_t tokens, std::int64_t layers, std::int64_t kv_heads,
+                                 std::int64_t head_dim, std::int64_t capacity,
                                  const KvCacheConfig& config, std::int64_t block_tokens,
                                  std::span<const std::int64_t> layer_windows) {
+  const std::int64_t bytes = block_bytes(layers, kv_heads, head_dim, config, block_tokens);
   std::int64_t n = 0;
   for (std::int64_t l = 0; l < layers; ++l) {
     const std::int64_t w = layer_windows.empty() ? 0 : layer_windows[static_cast<std::size_t>(l)];
     n += blocks_of_rows(std::min(tokens, layer_rows(capacity, w, config.window_chunk)),
-                        block_tokens);
+                        layer_block_rows(l, kv_heads, head_dim, config, bytes));
   }
   return n;
 }
@@ -621,6 +654,20 @@ std::string_view kv_scales_name(KvScales scales) {
   }
 }
 
+KvFormat KvCacheConfig::k_format(std::int64_t layer) const {
+  KvFormat f = k_format();
+  for (const LayerFormat& lf : layer_formats)
+    if (lf.keys && layer >= lf.first && layer <= lf.last) f = lf.format;
+  return f;
+}
+
+KvFormat KvCacheConfig::v_format(std::int64_t layer) const {
+  KvFormat f = v_format();
+  for (const LayerFormat& lf : layer_formats)
+    if (lf.values && layer >= lf.first && layer <= lf.last) f = lf.format;
+  return f;
+}
+
 KvCacheConfig KvCacheConfig::of(KvFormat format) {
   if (quant::kv_format_traits(format).global_scale) return dynamic(format);  // nvfp4
   KvCacheConfig c;
@@ -664,11 +711,21 @@ std::string KvCacheConfig::label() const {
     return n;
   };
   std::string s = v_format() == k_format()
-                      ? name(format, true)
+                      ? name(format, layer_formats.empty())
                       : name(k_format(), false) + "/" + name(v_format(), false);
   if (int8_query_scores) s.append("+q8");
   if (sink_tokens > 0) s.append(fmt::format("+sink{}", sink_tokens));
+  for (const LayerFormat& lf : layer_formats) s.append(fmt::format("+{}", layer_format_label(lf)));
   return s;
+}
+
+std::string KvCacheConfig::layer_format_label(const LayerFormat& lf) const {
+  const char* who = lf.keys && lf.values ? "kv" : lf.keys ? "k" : "v";
+  const std::string layers =
+      lf.last == lf.first ? fmt::format("{}", lf.first) : fmt::format("{}-{}", lf.first, lf.last);
+  const bool scaled = granularity && quant::kv_format_traits(lf.format).needs_scale;
+  return fmt::format("{}{}={}{}{}", who, layers, quant::kv_format_name(lf.format),
+                     scaled ? ":" : "", scaled ? kv_granularity_name(*granularity) : "");
 }
 
 std::string KvCacheConfig::describe() const {

@@ -1,4 +1,6 @@
-// Per-layer KV cache, preallocated to a maximum context, stored PACKED in a quant::KvFormat.
+// Per-layer KV cache, preallocated to a maximum context, stored PACKED in a quant::KvFormat per
+// layer's K and V (KvCacheConfig::k_format(layer) / v_format(layer): one format for every layer
+// unless the config lists per-layer exceptions).
 //
 // Layout of every layer's K and V buffer: [batch, kv_heads, rows, row_bytes] where a row is
 // the head_dim values of one token of one kv head in the format's row layout
@@ -122,6 +124,20 @@ struct KvCacheConfig {
   std::optional<KvFormat> value_format;
   KvFormat k_format() const { return format; }
   KvFormat v_format() const { return value_format.value_or(format); }
+  // Per-layer exceptions to those two (`--kv-cache int4_g32_mse+v1=int8_g32`: V of layer 1 in
+  // int8_g32; a checkpoint whose kv_cache_scheme leaves layers unquantized: f32 there): layers
+  // [first, last] keep their K and/or V in `format`; a later entry wins where two overlap. A
+  // format with stream scales takes them as the cache's other layers do (dynamic, or calibrated
+  // in `layers`). Rows differ in size per layer then; a paged cache gives each layer as many rows
+  // per block as fit (KvCache::block_bytes).
+  struct LayerFormat {
+    std::int64_t first = 0, last = 0;
+    bool keys = true, values = true;
+    KvFormat format = KvFormat::kF32;
+  };
+  std::vector<LayerFormat> layer_formats;
+  KvFormat k_format(std::int64_t layer) const;
+  KvFormat v_format(std::int64_t layer) const;
   KvScales scales = KvScales::kNone;
   // Of the scales (calibrated: the checkpoint's strategy; dynamic: how they are fixed, kHead when
   // unset); nullopt for unscaled formats.
@@ -170,8 +186,8 @@ struct KvCacheConfig {
                                std::optional<KvFormat> value_format = std::nullopt);
 
   // "f32", "bf16", "fp8:head", "int8:head+q8", "nvfp4:head", "int4_g32+sink1", "bf16/int4:head"
-  // (K / V), "fake(fp8:head)": the cache's name
-  // in tables, JSON and log lines.
+  // (K / V), "int4_g32_mse+sink1+v1=int8_g32" (per-layer), "fake(fp8:head)": the cache's name in
+  // tables, JSON and log lines.
   std::string label() const;
   // The label with where the scales come from, for text output: "fp8:head (calibrated scales
   // from the checkpoint)".
@@ -182,6 +198,8 @@ struct KvCacheConfig {
   bool stores_calibrated_quantization() const {
     return scales == KvScales::kCalibrated && quant::kv_format_traits(format).needs_scale;
   }
+  // The label of one per-layer exception: "v1=int8_g32", "kv0-2=f32", "k5=int8:head".
+  std::string layer_format_label(const LayerFormat& lf) const;
 };
 
 // The per-head parameters of one buffer, [kv_heads] each.
@@ -343,12 +361,18 @@ class KvCache {
   // Whether some parameter is dynamic (fixed from the data, not calibrated).
   bool has_dynamic_scales() const;
 
-  // Paged caches. A block of one layer: block_tokens positions of its K and V, every kv head.
-  static std::int64_t block_bytes(std::int64_t kv_heads, std::int64_t head_dim,
+  // Paged caches. A block holds K and V rows of one layer, every kv head: block_tokens positions
+  // of the layer with the largest rows (per-layer formats), as many as fit of the others.
+  static std::int64_t block_bytes(std::int64_t layers, std::int64_t kv_heads, std::int64_t head_dim,
                                   const KvCacheConfig& config, std::int64_t block_tokens);
+  // Positions per block of layer l: block_bytes / (kv_heads · its K + V row bytes).
+  static std::int64_t layer_block_rows(std::int64_t layer, std::int64_t kv_heads,
+                                       std::int64_t head_dim, const KvCacheConfig& config,
+                                       std::int64_t block_bytes);
   // Blocks a paged cache of this capacity holds once positions [0, tokens) have rows: per layer
-  // ceil(min(tokens, its rows) / block_tokens) (a ring needs no more than its rows).
-  static std::int64_t blocks_for(std::int64_t tokens, std::int64_t layers, std::int64_t capacity,
+  // ceil(min(tokens, its rows) / its rows per block) (a ring needs no more than its rows).
+  static std::int64_t blocks_for(std::int64_t tokens, std::int64_t layers, std::int64_t kv_heads,
+                                 std::int64_t head_dim, std::int64_t capacity,
                                  const KvCacheConfig& config, std::int64_t block_tokens,
                                  std::span<const std::int64_t> layer_windows = {});
   bool paged() const { return pool_ != nullptr; }

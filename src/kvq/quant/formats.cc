@@ -198,18 +198,21 @@ float signed_max_scale(const float* x, std::int64_t m) {
   return max / static_cast<float>(kLo);
 }
 
-// Codes of a group format with nibbles (4 bits) or bytes (8 bits) and the scale rule above:
-// d = fp16(clamp(rule, ±65504)), q = d == 0 ? 0 : round_half_even(clamp(x / d, lo, hi)).
-template <int kBits, float (*Scale)(const float*, std::int64_t), int kLo, int kHi>
+// Codes of a group format with nibbles (4 bits) or bytes (8 bits) and the scale rule above, one
+// scale per kGroup values: d = fp16(clamp(rule, ±65504)),
+// q = d == 0 ? 0 : round_half_even(clamp(x / d, lo, hi)). The code layout does not depend on
+// kGroup (int5's 20-byte code blocks hold 32 values whatever the scale's group).
+template <int kBits, float (*Scale)(const float*, std::int64_t), int kLo, int kHi,
+          std::int64_t kGroup = kGroupValues>
 struct Group {
   static void quantize(const RowCodec& c, const float* x, std::byte* out) {
     const std::int64_t n = c.n;
     const auto code_bytes = static_cast<std::size_t>(group_scales_offset(kBits, n));
     std::memset(out, kBits == 4 ? 0x88 : 0, code_bytes);  // an odd tail pads q = 0
-    for (std::int64_t b0 = 0; b0 < n; b0 += kGroupValues) {
-      const std::int64_t m = std::min<std::int64_t>(kGroupValues, n - b0);
+    for (std::int64_t b0 = 0; b0 < n; b0 += kGroup) {
+      const std::int64_t m = std::min<std::int64_t>(kGroup, n - b0);
       const std::uint16_t h = f32_to_fp16(clamp(Scale(x + b0, m), -kFp16Max, kFp16Max));
-      std::memcpy(out + code_bytes + 2 * (b0 / kGroupValues), &h, 2);
+      std::memcpy(out + code_bytes + 2 * (b0 / kGroup), &h, 2);
       const float d = fp16_to_f32(h);
       for (std::int64_t i = b0; i < b0 + m; ++i) {
         const int q = d == 0.0f ? 0 : round_int(x[i] / d, kLo, kHi);
@@ -247,12 +250,13 @@ struct Group {
   }
   // (q - zp) * d; the SIMD kernels' order of operations (zero_point is 0 here).
   static float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
-    return (code(row, i) - zero_point) * group_scale(row, group_scales_offset(kBits, n), i);
+    return (code(row, i) - zero_point) *
+           group_scale(row, group_scales_offset(kBits, n), i, 2, kGroup);
   }
   // (q - zp) * (d / global_scale): global_scale is 1 (no per-stream parameter).
   static float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
     return (code(row, i) - c.zero_point) *
-           (group_scale(row, group_scales_offset(kBits, c.n), i) / c.global_scale);
+           (group_scale(row, group_scales_offset(kBits, c.n), i, 2, kGroup) / c.global_scale);
   }
 };
 using Int8G32 = Group<8, int8_g32_scale, -127, 127>;
@@ -288,6 +292,8 @@ float mse_scale(const float* x, std::int64_t m) {
 }
 using Int4G32Mse = Group<4, mse_scale<-8, 7>, -8, 7>;
 using Int5G32Mse = Group<5, mse_scale<-16, 15>, -16, 15>;
+using Int4G64Mse = Group<4, mse_scale<-8, 7>, -8, 7, 64>;
+using Int5G64Mse = Group<5, mse_scale<-16, 15>, -16, 15, 64>;
 
 // int4_g32a (q4_1): unsigned nibbles q in [0, 15], then per block fp16 d and fp16 m.
 namespace int4_g32a {
@@ -529,6 +535,30 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = Int5G32Mse::quantize,
      .unscaled = Int5G32Mse::unscaled,
      .value = Int5G32Mse::value},
+    {.format = KvFormat::kINT4G64Mse,
+     .name = "int4_g64_mse",
+     .aliases = {"i4_g64_mse"},
+     .bits = 4,
+     .block_values = 64,
+     .block_bytes = 34,
+     .head_dim_multiple = 64,
+     .code_min = -8.0f,
+     .code_max = 7.0f,
+     .quantize_row = Int4G64Mse::quantize,
+     .unscaled = Int4G64Mse::unscaled,
+     .value = Int4G64Mse::value},
+    {.format = KvFormat::kINT5G64Mse,
+     .name = "int5_g64_mse",
+     .aliases = {"i5_g64_mse"},
+     .bits = 5,
+     .block_values = 64,
+     .block_bytes = 42,
+     .head_dim_multiple = 64,
+     .code_min = -16.0f,
+     .code_max = 15.0f,
+     .quantize_row = Int5G64Mse::quantize,
+     .unscaled = Int5G64Mse::unscaled,
+     .value = Int5G64Mse::value},
 }};
 
 constexpr bool rows_in_enum_order() {

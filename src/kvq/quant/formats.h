@@ -32,6 +32,9 @@
 //         fifth bits (value j of the block: bit j % 8 of byte j / 8); then ceil(n/32) fp16 block
 //         scales d at the end of the row (5.5 bits per value, like llama.cpp's q5_0; a block's
 //         codes stay together so a decoder needs no row length)
+//   int4_g64_mse / int5_g64_mse  the codes of int4_g32 / int5_g32, then ceil(n/64) fp16 block
+//         scales: one scale per 64 values (4.25 / 5.25 bits per value; head_dim 64: one per row
+//         of a head, the per-token-head scale of vLLM's int4_per_token_head)
 //   All of them are dynamic and need no calibration: each block's scale comes from the row itself
 //   when it is written, so they have no per-stream parameter (KvScales::kNone, like f16). The KV
 //   cache needs head_dim % 32 == 0 for them (KvFormatTraits::head_dim_multiple); the codec itself
@@ -63,6 +66,7 @@
 //   int5_g32 (llama.cpp q5_0's scale): d = fp16(clamp(m / -16, ±65504)), m as in int4_g32,
 //         q = d == 0 ? 0 : round_half_even(clamp(x / d, -16, 15)); int5_g32_mse searches the
 //         same 16 ratios as int4_g32_mse on this grid.
+//   int4_g64_mse / int5_g64_mse: int4_g32_mse / int5_g32_mse's search over blocks of 64 values.
 //   int4_g32a (llama.cpp q4_1: asymmetric per block; NaN is ignored by min / max):
 //         d = fp16(min((max - min) / 15, 65504)), m = fp16(clamp(min, ±65504))
 //         q = d == 0 ? 0 : round_half_even(clamp((x - m) / d, 0, 15)), decoded fma(q, d, m)
@@ -109,8 +113,10 @@ enum class KvFormat : std::uint8_t {
   kINT4G32Mse,
   kINT5G32,
   kINT5G32Mse,
+  kINT4G64Mse,
+  kINT5G64Mse,
 };
-inline constexpr std::size_t kKvFormatCount = 14;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 16;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).

@@ -55,11 +55,12 @@ constexpr std::int64_t group_scales_offset(int bits, std::int64_t n) {
 }
 
 // The fp16 block scale of element i of a group-format row whose scales start at `offset`, with
-// `stride` bytes per block (2: a scale; 4: a scale and a minimum, int4_g32a).
+// `stride` bytes per block (2: a scale; 4: a scale and a minimum, int4_g32a) and `group` values
+// per block (32, or 64: int4_g64_mse / int5_g64_mse).
 inline float group_scale(const std::byte* row, std::int64_t offset, std::int64_t i,
-                         std::int64_t stride = 2) {
+                         std::int64_t stride = 2, std::int64_t group = kGroupValues) {
   std::uint16_t h;
-  std::memcpy(&h, row + offset + stride * (i / kGroupValues), 2);
+  std::memcpy(&h, row + offset + stride * (i / group), 2);
   return fp16_to_f32(h);
 }
 // int4_g32a: the fp16 minimum after element i's block scale.

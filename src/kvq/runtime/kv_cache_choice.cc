@@ -58,9 +58,16 @@ KvCacheConfig resolve_plain(const KvCacheOption& o, std::string_view model_name)
     case KvCacheOption::Mode::kFormat:
       break;
   }
-  KvCacheConfig c = KvCacheConfig::dynamic(
-      o.format, o.granularity.value_or(KvScaleGranularity::kHead), o.int8_query, o.value_format);
+  const KvScaleGranularity g = o.granularity.value_or(KvScaleGranularity::kHead);
+  KvCacheConfig c = KvCacheConfig::dynamic(o.format, g, o.int8_query, o.value_format);
   c.sink_tokens = o.sink_tokens;
+  c.layer_formats = o.layer_formats;
+  for (const KvCacheConfig::LayerFormat& lf : c.layer_formats) {
+    if (quant::kv_format_traits(lf.format).needs_scale && c.scales == KvScales::kNone) {
+      c.scales = KvScales::kDynamic;  // an exception with stream scales: dynamic, as the others
+      c.granularity = g;
+    }
+  }
   return c;
 }
 
@@ -79,12 +86,13 @@ struct FormatPart {
   KvFormat format;
   std::optional<KvScaleGranularity> granularity;
 };
-FormatPart parse_format_part(std::string_view text) {
+FormatPart parse_format_part(std::string_view text, std::string_view option = {}) {
+  if (option.empty()) option = text;
   const std::size_t colon = text.find(':');
   const std::string_view name = text.substr(0, colon);
   const std::optional<KvFormat> f = quant::parse_kv_format(name);
   if (!f) {
-    fail<InvalidArgument>("--kv-cache '{}': unknown KV cache format '{}' (supported: {})", text,
+    fail<InvalidArgument>("--kv-cache '{}': unknown KV cache format '{}' (supported: {})", option,
                           name, supported_values());
   }
   FormatPart out{*f, std::nullopt};
@@ -95,21 +103,72 @@ FormatPart parse_format_part(std::string_view text) {
     } else if (g == "head") {
       out.granularity = KvScaleGranularity::kHead;
     } else {
-      fail<InvalidArgument>("--kv-cache '{}': scale granularity must be 'tensor' or 'head'", text);
+      fail<InvalidArgument>("--kv-cache '{}': scale granularity must be 'tensor' or 'head'",
+                            option);
     }
     const quant::KvFormatTraits& t = quant::kv_format_traits(out.format);
     if (!t.needs_scale && t.has_row_scales()) {
       fail<NotSupported>(
           "--kv-cache '{}': {} has no stream scales to choose a granularity for: one scale per "
           "{} values is computed from each row when it is written; ':{}' applies to {} only",
-          text, t.name, t.block_values, g, scaled_format_names());
+          option, t.name, t.block_values, g, scaled_format_names());
     }
     if (!t.needs_scale) {
       fail<NotSupported>("--kv-cache '{}': {} is stored unscaled; ':{}' scales apply to {} only",
-                         text, quant::kv_format_name(out.format), g, scaled_format_names());
+                         option, quant::kv_format_name(out.format), g, scaled_format_names());
     }
   }
   return out;
+}
+
+// One per-layer exception `[k|v|kv]FIRST[-LAST]=FORMAT[:tensor|head]` of a --kv-cache value
+// (`option` is the whole value, for errors).
+KvCacheConfig::LayerFormat parse_layer_format(std::string_view part, std::string_view option,
+                                              std::optional<KvScaleGranularity>& granularity) {
+  const auto bad = [&]() {
+    fail<InvalidArgument>(
+        "--kv-cache '{}': '+{}' must be +[k|v|kv]LAYER[-LAST]=FORMAT, e.g. +v1=int8_g32 (V of "
+        "layer 1 in int8_g32) or +k0-3=bf16",
+        option, part);
+  };
+  const std::size_t eq = part.find('=');
+  std::string_view who = part.substr(0, eq);
+  KvCacheConfig::LayerFormat lf;
+  if (who.starts_with("kv") || who.starts_with("KV")) {
+    who.remove_prefix(2);
+  } else if (!who.empty() && (who[0] == 'k' || who[0] == 'K')) {
+    lf.values = false;
+    who.remove_prefix(1);
+  } else if (!who.empty() && (who[0] == 'v' || who[0] == 'V')) {
+    lf.keys = false;
+    who.remove_prefix(1);
+  } else {
+    bad();
+  }
+  const std::size_t dash = who.find('-');
+  const auto number = [&](std::string_view digits) {
+    if (digits.empty() || digits.size() > 6 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos)
+      bad();
+    return static_cast<std::int64_t>(std::stoll(std::string(digits)));
+  };
+  lf.first = number(who.substr(0, dash));
+  lf.last = dash == std::string_view::npos ? lf.first : number(who.substr(dash + 1));
+  if (lf.last < lf.first) {
+    fail<InvalidArgument>("--kv-cache '{}': '+{}' names layers {} to {}: the range is empty",
+                          option, part, lf.first, lf.last);
+  }
+  const FormatPart f = parse_format_part(part.substr(eq + 1), option);
+  lf.format = f.format;
+  if (f.granularity) {
+    if (granularity && granularity != f.granularity) {
+      fail<InvalidArgument>(
+          "--kv-cache '{}': a cache's scales take one granularity, tensor or head ('+{}')", option,
+          part);
+    }
+    granularity = f.granularity;
+  }
+  return lf;
 }
 
 }  // namespace
@@ -124,12 +183,17 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
     return o;
   }
   o.mode = KvCacheOption::Mode::kFormat;
-  // Options after the format, each once, in any order: +q8, +sinkN.
+  // Options after the format, in any order: +q8 and +sinkN once each, per-layer exceptions
+  // (+v1=int8_g32) any number of times.
+  std::optional<KvScaleGranularity> layer_granularity;
   while (true) {
     const std::size_t plus = text.rfind('+');
     if (plus == std::string_view::npos) break;
     const std::string opt = ascii_lower(text.substr(plus + 1));
-    if (opt == "q8" && !o.int8_query) {
+    if (opt.find('=') != std::string::npos) {
+      o.layer_formats.insert(o.layer_formats.begin(),
+                             parse_layer_format(text.substr(plus + 1), o.text, layer_granularity));
+    } else if (opt == "q8" && !o.int8_query) {
       o.int8_query = true;
     } else if (opt.starts_with("sink") && o.sink_tokens == 0) {
       const std::string_view digits = std::string_view(opt).substr(4);
@@ -147,7 +211,7 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
     } else {
       fail<InvalidArgument>(
           "--kv-cache '{}': unknown or repeated option '+{}' (options: +q8, "
-          "+sinkN)",
+          "+sinkN, +[k|v|kv]LAYER[-LAST]=FORMAT)",
           o.text, opt);
     }
     text = text.substr(0, plus);
@@ -166,9 +230,21 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
     if (v.format != k.format) o.value_format = v.format;
     if (!o.granularity) o.granularity = v.granularity;
   }
-  if (o.int8_query && !quant::kv_format_traits(o.format).supports_int8_query()) {
+  if (layer_granularity) {
+    if (o.granularity && o.granularity != layer_granularity) {
+      fail<InvalidArgument>(
+          "--kv-cache '{}': a cache's scales take one granularity, tensor or head", o.text);
+    }
+    o.granularity = layer_granularity;
+  }
+  bool q8_keys = quant::kv_format_traits(o.format).supports_int8_query();
+  for (const model::KvCacheConfig::LayerFormat& lf : o.layer_formats)
+    if (lf.keys) q8_keys = q8_keys && quant::kv_format_traits(lf.format).supports_int8_query();
+  if (o.int8_query && !q8_keys) {
     fail<NotSupported>(
-        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to {} caches only", o.text,
+        "--kv-cache '{}': +q8 (decode scores with an int8 query) applies to {} caches only (every "
+        "layer's K)",
+        o.text,
         format_names([](const quant::KvFormatTraits& t) { return t.supports_int8_query(); }));
   }
   return o;
@@ -194,6 +270,12 @@ KvCacheConfig resolve_kv_cache(const KvCacheOption& o, const lifecycle::Quantiza
     fail<InvalidArgument>(
         "--kv-cache {}: {} is a quantized checkpoint: its kv_cache_scheme quantizes k and v "
         "alike; K and V in different formats apply to a model without k/v quantization",
+        o.text, model_name);
+  }
+  if (!o.layer_formats.empty()) {
+    fail<InvalidArgument>(
+        "--kv-cache {}: {} is a quantized checkpoint: its kv_cache_scheme decides each layer's "
+        "format; per-layer exceptions apply to a model without k/v quantization",
         o.text, model_name);
   }
   if (o.sink_tokens > 0) {
@@ -254,6 +336,15 @@ nlohmann::json kv_cache_json(const KvCacheConfig& c) {
       std::string(model::kv_scales_name(c.fake_quant ? KvScales::kCalibrated : c.scales));
   j["kv_fake_quant"] = c.fake_quant;
   j["kv_sink_tokens"] = c.sink_tokens;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const model::KvCacheConfig::LayerFormat& lf : c.layer_formats) {
+    layers.push_back({{"first_layer", lf.first},
+                      {"last_layer", lf.last},
+                      {"keys", lf.keys},
+                      {"values", lf.values},
+                      {"format", std::string(quant::kv_format_name(lf.format))}});
+  }
+  j["kv_layer_formats"] = std::move(layers);
   return j;
 }
 
@@ -279,7 +370,9 @@ std::string kv_cache_flag_help(bool list) {
       "no granularity); {}...+q8: approximate int8-query decode scores (VNNI), faster, not "
       "bit-exact; ...+sinkN: the first N tokens of every sequence kept in bf16 (attention "
       "sinks; dynamic caches), e.g. int4_g32_mse+sink1; K/V in two formats as llama.cpp's "
-      "-ctk/-ctv: KFORMAT/VFORMAT, e.g. int8_g32/int4_g32_mse",
+      "-ctk/-ctv: KFORMAT/VFORMAT, e.g. int8_g32/int4_g32_mse; per-layer exceptions "
+      "...+[k|v|kv]LAYER[-LAST]=FORMAT, any number, e.g. int4_g32_mse+sink1+v1=int8_g32 (V of "
+      "layer 1 in int8_g32) or int8:head+kv0-1=bf16",
       list ? "s, comma-separated" : "", format_names(), scaled_format_names(),
       format_names(
           [](const quant::KvFormatTraits& t) { return !t.needs_scale && t.has_row_scales(); }),

@@ -24,6 +24,9 @@
 //                         int8_g32/int4_g32_mse or bf16/int4:head; one granularity for both.
 //   FORMAT...+sinkN       plain model, a quantized FORMAT: the first N tokens of every sequence
 //                         in bf16 (KvCacheConfig::sink_tokens). Combines with +q8.
+//   FORMAT...+vL=F        plain model: per-layer exceptions (KvCacheConfig::layer_formats), any
+//                         number: `v1=int8_g32` V of layer 1 in int8_g32, `k0-3=bf16` K of layers
+//                         0 to 3 in bf16, `kv5=f32` both; a later one wins where two overlap.
 //   fake                  quantized checkpoint only: the reference semantics — an f32 cache, so
 //                         the lifecycle's k/v fake-quant hooks quantize (for comparison with
 //                         auto).
@@ -33,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -57,7 +61,8 @@ struct KvCacheOption {
   std::optional<model::KvScaleGranularity> granularity;  // kFormat with `:tensor` / `:head`
   bool int8_query = false;                               // `+q8`
   std::int64_t sink_tokens = 0;                          // `+sinkN`
-  std::string text;                                      // as typed
+  std::vector<model::KvCacheConfig::LayerFormat> layer_formats;  // `+v1=int8_g32`, in order
+  std::string text;                                              // as typed
 };
 // InvalidArgument naming the value and listing the supported ones; NotSupported for a
 // granularity on an unscaled format (f32:head).

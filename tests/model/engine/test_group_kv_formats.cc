@@ -7,6 +7,8 @@
 // 16) cannot hold a 32-value block: refused by name.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,9 +25,9 @@ namespace {
 
 using quant::KvFormat;
 
-constexpr KvFormat kGroupFormats[] = {KvFormat::kINT8G32,  KvFormat::kINT4G32,
-                                      KvFormat::kINT4G32A, KvFormat::kINT4G32Mse,
-                                      KvFormat::kINT5G32,  KvFormat::kINT5G32Mse};
+constexpr KvFormat kGroupFormats[] = {
+    KvFormat::kINT8G32, KvFormat::kINT4G32,    KvFormat::kINT4G32A,   KvFormat::kINT4G32Mse,
+    KvFormat::kINT5G32, KvFormat::kINT5G32Mse, KvFormat::kINT4G64Mse, KvFormat::kINT5G64Mse};
 
 class GroupKvFormats : public ::testing::Test {
  protected:
@@ -99,16 +101,19 @@ TEST_F(GroupKvFormats, PackedCacheMatchesFakeQuantizedFp32Cache) {
   }
 }
 
-// K and V in two formats (KvCacheConfig::value_format, llama.cpp's -ctk / -ctv) and attention
-// sinks (KvCacheConfig::sink_tokens: rows of positions [0, sinks) stored in bf16 apart from the
-// packed rows): the packed cache equals an fp32 cache whose key hooks fake-quantize in K's format,
-// value hooks in V's, and both round the first `sinks` positions to bf16. Bit for bit, prefill
-// (sink rows through load_kv_rows) and decode (the first tile split between bf16 and packed rows).
+// K and V in two formats (KvCacheConfig::value_format, llama.cpp's -ctk / -ctv), per-layer
+// formats (KvCacheConfig::layer_formats) and attention sinks (KvCacheConfig::sink_tokens: rows of
+// positions [0, sinks) stored in bf16 apart from the packed rows): the packed cache equals an
+// fp32 cache whose key hooks fake-quantize in each layer's K format, value hooks in its V's, and
+// both round the first `sinks` positions to bf16. Bit for bit, prefill (sink rows through
+// load_kv_rows) and decode (the first tile split between bf16 and packed rows).
 TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
+  using Layers = std::vector<KvCacheConfig::LayerFormat>;
   struct Case {
     KvFormat k, v;
     int sinks;
     const char* label;
+    Layers layers = {};
   };
   const Case cases[] = {
       {KvFormat::kINT4G32Mse, KvFormat::kINT4G32Mse, 1, "int4_g32_mse+sink1"},
@@ -117,13 +122,24 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
       {KvFormat::kINT8G32, KvFormat::kINT4G32Mse, 0, "int8_g32/int4_g32_mse"},
       {KvFormat::kBF16, KvFormat::kINT4G32, 2, "bf16/int4_g32+sink2"},
       {KvFormat::kINT5G32Mse, KvFormat::kINT4G32Mse, 1, "int5_g32_mse/int4_g32_mse+sink1"},
+      {KvFormat::kINT4G64Mse, KvFormat::kINT4G64Mse, 1,
+       "int4_g64_mse+sink1+v1=int8_g32+k2-4=int5_g64_mse+kv29=bf16",
+       Layers{{.first = 1, .last = 1, .keys = false, .format = KvFormat::kINT8G32},
+              {.first = 2, .last = 4, .values = false, .format = KvFormat::kINT5G64Mse},
+              {.first = 29, .last = 29, .format = KvFormat::kBF16}}},
   };
   for (const Case& c : cases) {
+    KvCacheConfig packed = KvCacheConfig::dynamic(c.k, KvScaleGranularity::kHead, false, c.v);
+    packed.sink_tokens = c.sinks;
+    packed.layer_formats = c.layers;
+    EXPECT_EQ(packed.label(), c.label);
     std::vector<ScopedHook> hooks;
     std::vector<std::int64_t> written(2 * model_->attention_modules().size(), 0);
     for (AttentionModule* m : model_->attention_modules()) {
       for (int kv = 0; kv < 2; ++kv) {
-        auto hook = [f = kv == 0 ? c.k : c.v, sinks = static_cast<std::int64_t>(c.sinks), kv,
+        const std::int64_t layer = m->layer_idx();
+        auto hook = [f = kv == 0 ? packed.k_format(layer) : packed.v_format(layer),
+                     sinks = static_cast<std::int64_t>(c.sinks), kv,
                      &written](AttentionModule& mod, StatesView s) {
           std::int64_t& pos = written[static_cast<std::size_t>(2 * mod.layer_idx() + kv)];
           std::vector<std::byte> row(std::max(quant::kv_row_bytes(f, s.head_dim),
@@ -144,14 +160,13 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
     }
     const std::vector<float> a = run(KvCacheConfig{});
     hooks.clear();
-    KvCacheConfig packed = KvCacheConfig::dynamic(c.k, KvScaleGranularity::kHead, false, c.v);
-    packed.sink_tokens = c.sinks;
-    EXPECT_EQ(packed.label(), c.label);
     const std::vector<float> b = run(packed);
-    // The same formats without sinks, and K's format for both: each option must change something.
+    // The same formats without sinks, K's format for both and no per-layer exceptions: each
+    // option must change something.
     KvCacheConfig without = packed;
     without.sink_tokens = 0;
     without.value_format.reset();
+    without.layer_formats.clear();
     const std::vector<float> other = run(without);
     ASSERT_EQ(a.size(), b.size());
     float amax = 0.0f, worst = 0.0f, vs_other = 0.0f;
@@ -172,8 +187,10 @@ TEST(GroupKvFormatsTiny, HeadDim16IsRefusedByName) {
       KvCache cache = tiny->make_cache(1, 8, KvCacheConfig::of(f));
       ADD_FAILURE() << quant::kv_format_name(f) << " accepted head_dim 16";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("head_dim 16 is not a multiple of 32"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find(fmt::format("head_dim 16 is not a multiple of {}",
+                                                 quant::kv_format_traits(f).head_dim_multiple)),
+          std::string::npos)
           << e.what();
     }
   }

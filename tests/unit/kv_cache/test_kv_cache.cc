@@ -2,6 +2,8 @@
 // the KvCacheConfig the lifecycle hands over, dynamic nvfp4 global scales, bytes per token.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -109,9 +111,10 @@ TEST(KvCacheConfig, BadSpecsNameLayerAndTensor) {
 
 // Every stream stores quantize_row of its rows with ITS head's parameters; read() decodes them.
 TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
-  const std::int64_t B = 2, H = 3, D = 32, cap = 10;
+  const std::int64_t B = 2, H = 3, cap = 10;
   for (const auto& t : quant::kv_format_table()) {
     const KvFormat f = t.format;
+    const std::int64_t D = std::max(32, t.head_dim_multiple);  // whole blocks of every format
     KvLayerScales ls;
     const bool row_scales_only = t.has_row_scales() && !t.global_scale;  // int8_g32, int4_g32
     if (!row_scales_only) {
@@ -150,15 +153,19 @@ TEST(KvCache, WriteEncodesEachStreamWithItsParameters) {
 // int8_g32 / int4_g32 keep one scale per 32 values inside each row: a head_dim that does not
 // split into whole blocks is refused by name, and so are stream scales (they have none).
 TEST(KvCache, GroupFormatsNeedWholeBlocksAndNoStreamScales) {
-  for (KvFormat f : {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A,
-                     KvFormat::kINT4G32Mse, KvFormat::kINT5G32, KvFormat::kINT5G32Mse}) {
+  for (KvFormat f :
+       {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A, KvFormat::kINT4G32Mse,
+        KvFormat::kINT5G32, KvFormat::kINT5G32Mse, KvFormat::kINT4G64Mse, KvFormat::kINT5G64Mse}) {
     const std::string name(quant::kv_format_name(f));
+    const std::int64_t block = quant::kv_format_traits(f).head_dim_multiple;
     const std::string e = spec_error(KvCacheConfig::of(f));  // head_dim 16
-    EXPECT_NE(e.find("KV cache (" + name + "): head_dim 16 is not a multiple of 32"),
-              std::string::npos)
+    EXPECT_NE(
+        e.find(fmt::format("KV cache ({}): head_dim 16 is not a multiple of {}", name, block)),
+        std::string::npos)
         << e;
-    EXPECT_THROW(KvCache(1, 1, 2, 48, 4, f), InvalidArgument) << name;
-    for (std::int64_t d : {32, 64, 128}) EXPECT_NO_THROW(KvCache(1, 1, 2, d, 4, f)) << name;
+    EXPECT_THROW(KvCache(1, 1, 2, block + 16, 4, f), InvalidArgument) << name;
+    for (const std::int64_t d : {block, 2 * block, std::int64_t{128}})
+      EXPECT_NO_THROW(KvCache(1, 1, 2, d, 4, f)) << name;
     // Dynamic and calibrated configs alike: no per-stream parameter.
     const KvCacheConfig dyn = KvCacheConfig::dynamic(f, KvScaleGranularity::kTensor);
     EXPECT_EQ(dyn.scales, KvScales::kNone);
@@ -200,6 +207,8 @@ TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
         t.format == KvFormat::kINT4G32Mse || t.format == KvFormat::kINT5G32 ||
         t.format == KvFormat::kINT5G32Mse)
       per_head += 2 * D / 32.0;
+    if (t.format == KvFormat::kINT4G64Mse || t.format == KvFormat::kINT5G64Mse)
+      per_head += 2 * D / 64.0;
     if (t.format == KvFormat::kINT4G32A) per_head += 4 * D / 32.0;  // fp16 scale + fp16 minimum
     const double theory = 2.0 * layers * H * per_head;
     std::printf("%-6s bytes_per_token %6lld (theory %.0f, %.4f B/value)\n", t.name.data(),

@@ -205,25 +205,63 @@ TEST(KvCacheConfig, MapsScalesPerLayerAndHead) {
   EXPECT_GT(rel_diff(with_q, without_q), 1e-6);
 }
 
-TEST(KvCacheConfig, PartialQuantizationNeedsFakeQuant) {
+// A checkpoint that quantizes some layers' attention (a config group with targets, or layers in
+// different schemes) runs a packed cache with per-layer formats: f32 where nothing is quantized,
+// each group's format elsewhere — bit for bit its fake quantization.
+TEST(KvCacheConfig, PartialAndMixedQuantizationPackPerLayer) {
+  struct Case {
+    std::string groups, label;
+  };
+  const std::string fp8 = R"("input_activations": {"num_bits": 8, "type": "float", "strategy":
+    "tensor", "observer": "static_minmax"})";
+  const std::string int8 = R"("input_activations": {"num_bits": 8, "type": "int", "strategy":
+    "tensor", "symmetric": true, "observer": "static_minmax"})";
+  for (const Case& c : std::vector<Case>{
+           {fmt::format(R"("g": {{"targets": ["model.layers.1.self_attn"], {}}})", fp8),
+            "fp8:tensor+kv0=f32+kv2=f32"},
+           {fmt::format(R"("a": {{"targets": ["model.layers.0.self_attn"], {}}},
+                           "b": {{"targets": ["model.layers.1.self_attn"], {}}})",
+                        fp8, int8),
+            "fp8:tensor+kv1=int8:tensor+kv2=f32"},
+       }) {
+    auto m = tiny();
+    auto lc = apply_quantization_config(
+        *m,
+        quant::parse_quantization_config(
+            quant::Json::parse(fmt::format(R"({{"config_groups": {{{}}}}})", c.groups)), "test"));
+    calibrate(*lc, samples(), {.show_progress = false});
+    const model::KvCacheConfig kv = lc->kv_cache_config();
+    EXPECT_EQ(kv.label(), c.label);
+    ASSERT_EQ(m->config().num_hidden_layers, 3);
+    model::KvCache packed = lc->make_kv_cache(1, 32);
+    model::KvCache f32 = m->make_cache(1, 32);
+    const std::vector<float> fake = run(*m, f32);
+    EXPECT_EQ(rel_diff(run(*m, packed), fake), 0.0) << c.label;
+    EXPECT_EQ(packed.values(0).format(), kv.v_format(0));
+    EXPECT_EQ(packed.keys(1).format(), kv.k_format(1));
+    lc->set_quantization_enabled(false);
+    model::KvCache plain = m->make_cache(1, 32);
+    EXPECT_GT(rel_diff(run(*m, plain), fake), 1e-5) << c.label;
+  }
+}
+
+// What a packed cache cannot stand for is refused by name (commands fall back to fake quant).
+TEST(KvCacheConfig, MixedGranularitiesNeedFakeQuant) {
   auto m = tiny();
   auto lc = apply_quantization_config(
-      *m, quant::parse_quantization_config(quant::Json::parse(R"({"config_groups": {"g":
-        {"targets": ["model.layers.1.self_attn"], "input_activations": {"num_bits": 8,
-        "type": "float", "strategy": "tensor", "observer": "static_minmax"}}}})"),
+      *m, quant::parse_quantization_config(quant::Json::parse(R"({"config_groups": {
+        "a": {"targets": ["model.layers.0.self_attn"], "input_activations": {"num_bits": 8,
+        "type": "float", "strategy": "tensor", "observer": "static_minmax"}},
+        "b": {"targets": ["model.layers.1.self_attn"], "input_activations": {"num_bits": 8,
+        "type": "float", "strategy": "attn_head", "observer": "static_minmax"}}}})"),
                                            "test"));
   calibrate(*lc, samples(), {.show_progress = false});
   try {
     lc->kv_cache_config();
     FAIL() << "expected NotSupported";
   } catch (const NotSupported& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 0 has no k/v quantization"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("takes one granularity"), std::string::npos) << e.what();
   }
-  // The fake-quant path runs it: only layer 1 changes.
-  EXPECT_EQ(lc->states().size(), 1u);
-  const Tensor out = m->forward(kPrompt);
-  for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isfinite(out.f32()[i]));
 }
 
 }  // namespace

@@ -74,8 +74,10 @@ TEST_P(PagedKvCache, EqualsAContiguousCacheBitForBit) {
       EXPECT_EQ(paged.values(l).read(first, n), flat.values(l).read(first, n)) << kv.label() << l;
     }
     // Every layer holds the blocks its rows need, a ring no more than its rows'.
-    EXPECT_EQ(paged.blocks(), KvCache::blocks_for(240, config().num_hidden_layers, kCapacity, kv,
-                                                  kBlockTokens, model_->attention_windows()))
+    EXPECT_EQ(paged.blocks(),
+              KvCache::blocks_for(240, config().num_hidden_layers, config().num_key_value_heads,
+                                  config().head_dim, kCapacity, kv, kBlockTokens,
+                                  model_->attention_windows()))
         << kv.label();
     EXPECT_EQ(p->used(), paged.blocks());
     EXPECT_EQ(paged.allocated_bytes(), paged.blocks() * p->block_bytes());
@@ -166,11 +168,11 @@ TEST(KvBlockPool, CountsAndRefusals) {
 TEST(KvBlockPool, CapacityScalesWithBytesPerToken) {
   constexpr std::int64_t kBudget = std::int64_t{1} << 30;
   const auto blocks = [&](KvCacheConfig kv) {
-    const std::int64_t bytes = KvCache::block_bytes(3, 64, kv, 16);
+    const std::int64_t bytes = KvCache::block_bytes(30, 3, 64, kv, 16);
     return KvBlockPool(kBudget, 16, bytes).total();
   };
   const std::int64_t f32 = blocks(KvCacheConfig::of(KvFormat::kF32));
-  EXPECT_EQ(KvCache::block_bytes(3, 64, KvCacheConfig::of(KvFormat::kF32), 16),
+  EXPECT_EQ(KvCache::block_bytes(30, 3, 64, KvCacheConfig::of(KvFormat::kF32), 16),
             16 * 3 * 64 * 2 * 4);
   EXPECT_NEAR(blocks(KvCacheConfig::of(KvFormat::kBF16)), 2 * f32, 1);
   EXPECT_NEAR(blocks(KvCacheConfig::dynamic(KvFormat::kINT8)), 4 * f32, 3);

@@ -69,6 +69,13 @@ inline std::vector<KvCacheConfig> storage_test_formats(std::int64_t head_dim) {
   sinks.sink_tokens = 3;
   out.push_back(sinks);
   if (head_dim % 32 == 0) out.push_back(KvCacheConfig::dynamic(KvFormat::kINT4G32));
+  // Per-layer formats: rows of three sizes, one layer's K wider than the rest (a paged cache
+  // then fits more of the other layers' rows in a block).
+  KvCacheConfig mixed = KvCacheConfig::dynamic(KvFormat::kINT4, KvScaleGranularity::kHead);
+  mixed.layer_formats = {
+      {.first = 0, .last = 0, .keys = true, .values = false, .format = KvFormat::kF32},
+      {.first = 1, .last = 1, .keys = false, .values = true, .format = KvFormat::kINT8}};
+  out.push_back(mixed);
   return out;
 }
 

@@ -356,22 +356,102 @@ TEST(KvCacheOption, CheckpointRunsItsPackedCacheOrItsFakeQuantization) {
   EXPECT_EQ(resolve_kv_cache("fp8:tensor", lc2.get(), "ckpt").label(), "fp8:tensor");
 }
 
-// A checkpoint whose attention is quantized in some layers only has no single packed format:
-// `auto` runs its fake quantization; an explicit format says why it cannot.
-TEST(KvCacheOption, UnpackableCheckpointFallsBackToFakeQuantization) {
+// A checkpoint whose attention is quantized in some layers only runs its packed cache with f32
+// in the others; one whose layers take different scale granularities has no packed cache: `auto`
+// runs its fake quantization; an explicit format says why it cannot.
+TEST(KvCacheOption, PartialCheckpointPacksPerLayerUnpackableFallsBackToFake) {
   auto m = tiny();
   // An attention config group on layer 0 only (kv_cache_scheme would cover every layer).
-  const auto config = quant::parse_quantization_config(
-      quant::Json::parse(R"({"config_groups": {"g": {"targets": ["re:.*layers\\.0\\.self_attn$"],
-        "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor",
-        "symmetric": true, "observer": "static_minmax"}}}})"),
-      "test");
-  auto lc = lifecycle::apply_quantization_config(*m, config);
+  const auto group = [](int layer, const char* strategy) {
+    return fmt::format(R"("g{}": {{"targets": ["model.layers.{}.self_attn"],
+        "input_activations": {{"num_bits": 8, "type": "float", "strategy": "{}",
+        "symmetric": true, "observer": "static_minmax"}}}})",
+                       layer, layer, strategy);
+  };
+  const auto config = [](const std::string& groups) {
+    return quant::parse_quantization_config(
+        quant::Json::parse(fmt::format(R"({{"config_groups": {{{}}}}})", groups)), "test");
+  };
+  auto lc = lifecycle::apply_quantization_config(*m, config(group(0, "tensor")));
   calibrate_tiny(*lc);
-  const KvCacheConfig c = resolve_kv_cache("auto", lc.get(), "ckpt");
+  const std::string f32_rest =
+      fmt::format("fp8:tensor+kv1-{}=f32", m->config().num_hidden_layers - 1);
+  EXPECT_EQ(resolve_kv_cache("auto", lc.get(), "ckpt").label(), f32_rest);
+  EXPECT_EQ(resolve_kv_cache("fp8", lc.get(), "ckpt").label(), f32_rest);
+  EXPECT_TRUE(resolve_kv_cache("auto", lc.get(), "ckpt").stores_calibrated_quantization());
+  EXPECT_THROW(resolve_kv_cache("fp8+v1=int8", lc.get(), "ckpt"), InvalidArgument);
+
+  auto m2 = tiny();
+  auto lc2 = lifecycle::apply_quantization_config(
+      *m2, config(group(0, "tensor") + "," + group(1, "attn_head")));
+  calibrate_tiny(*lc2);
+  const KvCacheConfig c = resolve_kv_cache("auto", lc2.get(), "ckpt");
   EXPECT_TRUE(c.fake_quant);
   EXPECT_EQ(c.label(), "fake(fp8:tensor)");
-  EXPECT_THROW(resolve_kv_cache("fp8", lc.get(), "ckpt"), NotSupported);
+  EXPECT_THROW(resolve_kv_cache("fp8", lc2.get(), "ckpt"), NotSupported);
+}
+
+TEST(KvCacheOption, PerLayerExceptionsTakeTheirOwnFormat) {
+  const KvCacheOption o = parse_kv_cache_option("int4_g32_mse+sink1+v1=int8_g32+K0-1=bf16+kv2=f32");
+  EXPECT_EQ(o.format, KvFormat::kINT4G32Mse);
+  EXPECT_EQ(o.sink_tokens, 1);
+  ASSERT_EQ(o.layer_formats.size(), 3u);  // in the order given: a later one wins
+  EXPECT_EQ(o.layer_formats[0].format, KvFormat::kINT8G32);
+  EXPECT_FALSE(o.layer_formats[0].keys);
+  EXPECT_TRUE(o.layer_formats[0].values);
+  EXPECT_EQ(o.layer_formats[1].first, 0);
+  EXPECT_EQ(o.layer_formats[1].last, 1);
+  EXPECT_FALSE(o.layer_formats[1].values);
+  EXPECT_TRUE(o.layer_formats[2].keys && o.layer_formats[2].values);
+  for (std::string_view t : {"int8+x1=bf16", "int8+v=bf16", "int8+v1-=bf16", "int8+v3-1=bf16",
+                             "int8+v1=bogus", "int8+v1", "int8+v1=int4:tensor+v2=int4:head",
+                             "int8:head+v1=int4:tensor", "int8+q8+k1=bf16"}) {
+    EXPECT_NE(error_of(t).find(fmt::format("--kv-cache '{}'", t)), std::string::npos)
+        << t << ": " << error_of(t);
+  }
+  EXPECT_NE(error_of("int8+v3-1=bf16").find("the range is empty"), std::string::npos);
+  EXPECT_TRUE(parse_kv_cache_option("int8+q8+v1=bf16").int8_query) << "V exceptions keep +q8";
+
+  const auto m = tiny();
+  const std::int64_t L = m->config().num_hidden_layers;
+  ASSERT_GE(L, 3);
+  KvCacheConfig c = resolve_kv_cache("int4+v1=fp8+k0-1=bf16+kv2=f32", nullptr, "tiny");
+  EXPECT_EQ(c.label(), "int4:head+v1=fp8:head+k0-1=bf16+kv2=f32");
+  EXPECT_EQ(c.scales, KvScales::kDynamic);
+  EXPECT_EQ(kv_cache_json(c)["kv_layer_formats"].size(), 3u);
+  EXPECT_EQ(kv_cache_json(c)["kv_layer_formats"][1]["last_layer"], 1);
+  model::KvCache cache = m->make_cache(1, 8, c);
+  EXPECT_EQ(cache.keys(0).format(), KvFormat::kBF16);
+  EXPECT_EQ(cache.values(0).format(), KvFormat::kINT4);
+  EXPECT_EQ(cache.values(1).format(), KvFormat::kFP8E4M3);
+  EXPECT_EQ(cache.keys(2).format(), KvFormat::kF32);
+  EXPECT_EQ(cache.values(2).format(), KvFormat::kF32);
+  std::int64_t bytes = 0;
+  for (std::int64_t l = 0; l < L; ++l) {
+    bytes += cache.kv_heads() *
+             static_cast<std::int64_t>(quant::kv_row_bytes(c.k_format(l), cache.head_dim()) +
+                                       quant::kv_row_bytes(c.v_format(l), cache.head_dim()));
+  }
+  EXPECT_EQ(cache.bytes_per_token(), bytes);
+
+  // An exception with stream scales makes them dynamic, at the cache's one granularity.
+  c = resolve_kv_cache("bf16+v0=int8:tensor", nullptr, "tiny");
+  EXPECT_EQ(c.label(), "bf16+v0=int8:tensor");
+  EXPECT_EQ(c.scales, KvScales::kDynamic);
+  cache = m->make_cache(1, 8, c);
+  EXPECT_TRUE(cache.values(0).dynamic(0));
+  EXPECT_FALSE(cache.values(1).dynamic(0));
+
+  // Layers the model does not have, named.
+  try {
+    m->make_cache(1, 8, resolve_kv_cache(fmt::format("int8+v1-{}=bf16", L), nullptr, "tiny"));
+    ADD_FAILURE() << "layer past the model accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  fmt::format("names layers 1-{}; the model has layers 0-{}", L, L - 1)),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -522,7 +522,7 @@ TEST(Serve, AFullPoolPreemptsTheYoungestAndEveryRequestFinishes) {
     options.scheduler.preemption = mode;
     // 8 blocks of 16 positions per layer: one request and a third.
     options.scheduler.kv_cache_bytes =
-        24 * model::KvCache::block_bytes(2, 16, options.scheduler.kv_cache, 16);
+        24 * model::KvCache::block_bytes(3, 2, 16, options.scheduler.kv_cache, 16);
     TinyServer server(options);
     std::vector<json> requests;
     for (int i = 0; i < 6; ++i) {
