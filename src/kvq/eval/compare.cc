@@ -129,11 +129,6 @@ const std::vector<SchemeDef>& builtin_schemes() {
        "K int8_g32, V int4_g32_mse (6.5 bits per value), R2 + R3, key smoothing, first token in "
        "bf16",
        r("rotate_r2_r3_smooth_k.yaml"), "int8_g32/int4_g32_mse+sink1", false, false},
-      // Per-layer formats (KvCacheConfig::layer_formats): layer 1's V carries a quarter of V's
-      // 4-bit error on SmolLM2 (docs/results.md), so it keeps 8 bits. Run by name.
-      {"KV-INT4-Group32-MSE+R3+KS+Sink1+V1-INT8",
-       "KV-INT4-Group32-MSE+R3+KS+Sink1 with layer 1's V in int8_g32 (per-layer formats)",
-       r("rotate_r2_r3_smooth_k.yaml"), "int4_g32_mse+sink1+v1=int8_g32", false, false},
       // 4.5 bits spent where they matter: one scale per 64 values (4.25 bits) everywhere, and the
       // quarter bit left buys a fifth bit for the K of the 13 layers and the V of the 2 layers
       // whose 4-bit error costs most (a per-layer sensitivity scan, docs/results.md). Run by name.

@@ -178,7 +178,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 25u);
+  EXPECT_EQ(builtin_schemes().size(), 24u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   for (const char* name : {"KV-INT8-Group32", "KV-INT4-Group32", "KV-INT4-Group32+R3"})
@@ -195,8 +195,8 @@ TEST(Compare, SchemeTable) {
   EXPECT_TRUE(find_scheme("KV-INT4-Group32-MSE+R3+KS+Sink1").in_default);
   EXPECT_EQ(find_scheme("KV-INT4-Group32-MSE+R3+KS+Sink1").kv_cache, "int4_g32_mse+sink1");
   EXPECT_EQ(find_scheme("KV-K8V4-Group32+R3+KS+Sink1").kv_cache, "int8_g32/int4_g32_mse+sink1");
-  EXPECT_EQ(find_scheme("KV-INT4-Group32-MSE+R3+KS+Sink1+V1-INT8").kv_cache,
-            "int4_g32_mse+sink1+v1=int8_g32");
+  EXPECT_EQ(find_scheme("KV-INT4-Group64-MSE+R3+KS+Sink1+Layers5").kv_cache.substr(0, 40),
+            "int4_g64_mse+sink1+k1-3=int5_g64_mse+k9-");
   try {
     find_scheme("KV-FP3");
     FAIL();
