@@ -501,7 +501,8 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
 
   // The cache the user would run: a calibrated scheme's packed cache with its scales (its k/v
   // fake-quant hooks stand aside for it), else the scheme's format with dynamic scales. A scheme
-  // whose k/v cannot be packed (partially quantized) runs its fake quantization, with a warning.
+  // whose k/v cannot be packed (layers with different scale granularities, k without v) runs its
+  // fake quantization, with a warning; a partially quantized one packs per layer.
   const model::KvCacheConfig kv = runtime::resolve_kv_cache(def.kv_cache, lc.get(), def.name);
   // What a value costs in the cache the scheme stands for (K and V, and layers, may differ).
   quant::KvFormat stored = kv.k_format(), stored_v = kv.v_format();

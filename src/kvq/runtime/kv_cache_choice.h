@@ -72,8 +72,10 @@ KvCacheOption parse_kv_cache_option(std::string_view text);
 // `lifecycle` (null for a plain model; one that quantizes nothing — a recipe of rotations only —
 // counts as plain: FORMAT then means dynamic scales of the rotated k/v). InvalidArgument naming the
 // flag value and the checkpoint's own format when they disagree, or for `fake` on a plain model.
-// `auto` on a checkpoint whose k/v cannot be packed (layers with different formats, unquantized
-// layers) falls back to fake with a warning.
+// A checkpoint that quantizes some layers only, or layer groups in different formats, gets a
+// packed cache with per-layer formats (f32 where nothing is quantized); `auto` on one whose k/v
+// cannot be packed (layers with different scale granularities, k without v, a format kvq does
+// not pack) falls back to fake with a warning.
 model::KvCacheConfig resolve_kv_cache(const KvCacheOption& option,
                                       const lifecycle::QuantizationLifecycle* lifecycle,
                                       std::string_view model_name);
