@@ -308,6 +308,13 @@ void check_fits_in_memory(double bytes, std::int64_t capacity, std::int64_t batc
   }
 }
 
+// K + V row bytes of one position of one kv head of layer l.
+std::int64_t pair_row_bytes(const KvCacheConfig& config, std::int64_t layer,
+                            std::int64_t head_dim) {
+  return static_cast<std::int64_t>(quant::kv_row_bytes(config.k_format(layer), head_dim) +
+                                   quant::kv_row_bytes(config.v_format(layer), head_dim));
+}
+
 void check_sink_tokens(const KvCacheConfig& spec, std::int64_t layers) {
   const quant::KvFormatTraits& t = quant::kv_format_traits(spec.format);
   if (spec.sink_tokens < 0 || spec.sink_tokens > KvCacheConfig::kMaxSinkTokens) {
@@ -352,8 +359,7 @@ std::int64_t KvCache::allocated_bytes(std::int64_t layers, std::int64_t batch,
   for (std::int64_t l = 0; l < layers; ++l) {
     const std::int64_t w = layer_windows.empty() ? 0 : layer_windows[static_cast<std::size_t>(l)];
     row_bytes += static_cast<double>(layer_rows(capacity, w, config.window_chunk)) *
-                 static_cast<double>(quant::kv_row_bytes(config.k_format(l), head_dim) +
-                                     quant::kv_row_bytes(config.v_format(l), head_dim));
+                 static_cast<double>(pair_row_bytes(config, l, head_dim));
   }
   // In double: absurd sizes (--ctx 10^8 on a large model) saturate instead of overflowing.
   const double bytes = row_bytes * static_cast<double>(batch) * static_cast<double>(kv_heads);
@@ -492,13 +498,6 @@ KvCache::BlockLease::~BlockLease() {
 }
 
 namespace {
-
-// K + V row bytes of one position of one kv head of layer l.
-std::int64_t pair_row_bytes(const KvCacheConfig& config, std::int64_t layer,
-                            std::int64_t head_dim) {
-  return static_cast<std::int64_t>(quant::kv_row_bytes(config.k_format(layer), head_dim) +
-                                   quant::kv_row_bytes(config.v_format(layer), head_dim));
-}
 
 std::int64_t blocks_of_rows(std::int64_t rows, std::int64_t block_tokens) {
   return (rows + block_tokens - 1) / block_tokens;
