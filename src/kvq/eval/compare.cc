@@ -139,6 +139,19 @@ const std::vector<SchemeDef>& builtin_schemes() {
        "int4_g64_mse+sink1+k1-3=int5_g64_mse+k9-11=int5_g64_mse+k13=int5_g64_mse+k17-20=int5_"
        "g64_mse+k22-23=int5_g64_mse+v1=int5_g64_mse+v3=int5_g64_mse",
        false, false},
+      // The same allocations on iq4_nl's non-uniform levels (nl4_g32 / nl4_g64: denser near 0,
+      // where rotated K / V are dense) instead of evenly spaced int4 codes. Run by name.
+      {"KV-NL4-Group32+R3+KS+Sink1",
+       "nl4_g32 K/V (iq4_nl levels, searched scales; 4.5 bits), R2 + R3, key smoothing, first "
+       "token in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"), "nl4_g32+sink1", false, false},
+      {"KV-NL4-Group64+R3+KS+Sink1+Layers5",
+       "nl4_g64 K/V, 13 layers' K and 2 layers' V in int5_g64_mse (4.5 bits per value), R2 + R3, "
+       "key smoothing, first token in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"),
+       "nl4_g64+sink1+k1-3=int5_g64_mse+k9-11=int5_g64_mse+k13=int5_g64_mse+k17-20=int5_g64_"
+       "mse+k22-23=int5_g64_mse+v1=int5_g64_mse+v3=int5_g64_mse",
+       false, false},
       {"KV-INT8-Group32+R3+KS", "KV-INT8-Group32 after key smoothing and SpinQuant R2 + R3",
        r("rotate_r2_r3_smooth_k.yaml"), "int8_g32", false, false},
       // The reference PR's FP4 attention per head (q fake-quantized; K/V packed as NVFP4 under

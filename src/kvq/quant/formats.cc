@@ -263,12 +263,12 @@ using Int8G32 = Group<8, int8_g32_scale, -127, 127>;
 using Int4G32 = Group<4, signed_max_scale<-8>, -8, 7>;
 using Int5G32 = Group<5, signed_max_scale<-16>, -16, 15>;
 
-// int4_g32_mse / int5_g32_mse: the clipping search of formats.h. Each candidate is scored with the
-// fp16 scale it stores and the codes Group::quantize would give, so the winner is exactly what
-// decodes.
+// int4_g32_mse / int5_g32_mse / nl4: the clipping search of formats.h. Each candidate is scored
+// with the fp16 scale it stores and the codes its quantize would give (Snap: x / d -> the unscaled
+// value its code decodes to), so the winner is exactly what decodes.
 constexpr int kMseRatios = 16;
 constexpr float kMseRatioStep = 0.02f;
-template <int kLo, int kHi>
+template <int kLo, float (*Snap)(float)>
 float mse_scale(const float* x, std::int64_t m) {
   const float full = signed_max_scale<kLo>(x, m);
   float best = full;
@@ -279,7 +279,7 @@ float mse_scale(const float* x, std::int64_t m) {
     double err = 0.0;
     for (std::int64_t i = 0; i < m; ++i) {
       if (std::isnan(x[i])) continue;
-      const float q = d == 0.0f ? 0.0f : static_cast<float>(round_int(x[i] / d, kLo, kHi));
+      const float q = d == 0.0f ? 0.0f : Snap(x[i] / d);
       const double e = static_cast<double>(q * d) - static_cast<double>(x[i]);
       err += e * e;
     }
@@ -290,10 +290,65 @@ float mse_scale(const float* x, std::int64_t m) {
   }
   return best;
 }
-using Int4G32Mse = Group<4, mse_scale<-8, 7>, -8, 7>;
-using Int5G32Mse = Group<5, mse_scale<-16, 15>, -16, 15>;
-using Int4G64Mse = Group<4, mse_scale<-8, 7>, -8, 7, 64>;
-using Int5G64Mse = Group<5, mse_scale<-16, 15>, -16, 15, 64>;
+template <int kLo, int kHi>
+float snap_int(float y) {
+  return static_cast<float>(round_int(y, kLo, kHi));
+}
+template <int kLo, int kHi>
+constexpr auto int_mse_scale = mse_scale<kLo, snap_int<kLo, kHi>>;
+using Int4G32Mse = Group<4, int_mse_scale<-8, 7>, -8, 7>;
+using Int5G32Mse = Group<5, int_mse_scale<-16, 15>, -16, 15>;
+using Int4G64Mse = Group<4, int_mse_scale<-8, 7>, -8, 7, 64>;
+using Int5G64Mse = Group<5, int_mse_scale<-16, 15>, -16, 15, 64>;
+
+// nl4_g32 / nl4_g64: unsigned nibbles indexing kNl4Levels, one fp16 scale per kGroup values.
+using detail::kNl4Levels;
+constexpr std::uint8_t kNl4NanCode = 8;               // level 1, the one nearest 0
+constexpr std::array<float, 15> kNl4Midpoints = [] {  // exact: halves of integers
+  std::array<float, 15> mid{};
+  for (std::size_t k = 0; k < mid.size(); ++k) mid[k] = 0.5f * (kNl4Levels[k] + kNl4Levels[k + 1]);
+  return mid;
+}();
+// The level nearest y, the lower one on a tie: the number of midpoints below y, by binary search
+// (NaN: level 1).
+std::uint8_t nl4_code(float y) {
+  if (std::isnan(y)) return kNl4NanCode;
+  unsigned c = 0;
+  for (unsigned step = 8; step > 0; step /= 2)
+    if (y > kNl4Midpoints[c + step - 1]) c += step;
+  return static_cast<std::uint8_t>(c);
+}
+float snap_nl4(float y) { return kNl4Levels[nl4_code(y)]; }
+
+template <std::int64_t kGroup>
+struct Nl4 {
+  static void quantize(const RowCodec& c, const float* x, std::byte* out) {
+    const std::int64_t n = c.n;
+    const auto code_bytes = static_cast<std::size_t>(group_scales_offset(4, n));
+    std::memset(out, kNl4NanCode * 0x11, code_bytes);  // an odd tail pads level 1 (times d)
+    for (std::int64_t b0 = 0; b0 < n; b0 += kGroup) {
+      const std::int64_t m = std::min<std::int64_t>(kGroup, n - b0);
+      const float rule = mse_scale<-127, snap_nl4>(x + b0, m);
+      const std::uint16_t h = f32_to_fp16(clamp(rule, -kFp16Max, kFp16Max));
+      std::memcpy(out + code_bytes + 2 * (b0 / kGroup), &h, 2);
+      const float d = fp16_to_f32(h);
+      for (std::int64_t i = b0; i < b0 + m; ++i) {
+        const unsigned q = d == 0.0f ? kNl4NanCode : nl4_code(x[i] / d);
+        out[i / 2] = (i & 1) ? ((out[i / 2] & std::byte{0x0f}) | static_cast<std::byte>(q << 4))
+                             : ((out[i / 2] & std::byte{0xf0}) | static_cast<std::byte>(q));
+      }
+    }
+  }
+  // (L[c] - zp) * d, the SIMD kernels' order (zero_point is 0 here).
+  static float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
+    return (kNl4Levels[nibble(row, i)] - zero_point) *
+           group_scale(row, group_scales_offset(4, n), i, 2, kGroup);
+  }
+  static float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
+    return (kNl4Levels[nibble(row, i)] - c.zero_point) *
+           (group_scale(row, group_scales_offset(4, c.n), i, 2, kGroup) / c.global_scale);
+  }
+};
 
 // int4_g32a (q4_1): unsigned nibbles q in [0, 15], then per block fp16 d and fp16 m.
 namespace int4_g32a {
@@ -559,6 +614,30 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = Int5G64Mse::quantize,
      .unscaled = Int5G64Mse::unscaled,
      .value = Int5G64Mse::value},
+    {.format = KvFormat::kNL4G32,
+     .name = "nl4_g32",
+     .aliases = {"iq4_nl", "nl4"},
+     .bits = 4,
+     .block_values = 32,
+     .block_bytes = 18,
+     .head_dim_multiple = 32,
+     .code_min = -127.0f,
+     .code_max = 113.0f,
+     .quantize_row = Nl4<32>::quantize,
+     .unscaled = Nl4<32>::unscaled,
+     .value = Nl4<32>::value},
+    {.format = KvFormat::kNL4G64,
+     .name = "nl4_g64",
+     .aliases = {"iq4_nl_g64"},
+     .bits = 4,
+     .block_values = 64,
+     .block_bytes = 34,
+     .head_dim_multiple = 64,
+     .code_min = -127.0f,
+     .code_max = 113.0f,
+     .quantize_row = Nl4<64>::quantize,
+     .unscaled = Nl4<64>::unscaled,
+     .value = Nl4<64>::value},
 }};
 
 constexpr bool rows_in_enum_order() {

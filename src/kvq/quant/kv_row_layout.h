@@ -63,6 +63,12 @@ inline float group_scale(const std::byte* row, std::int64_t offset, std::int64_t
   std::memcpy(&h, row + offset + stride * (i / group), 2);
   return fp16_to_f32(h);
 }
+// nl4_g32 / nl4_g64: code c in [0, 15] decodes to kNl4Levels[c] · d (llama.cpp's iq4_nl levels,
+// kvalues_iq4nl: denser near 0, one more step on the negative side, as q4_0's codes).
+inline constexpr std::array<float, 16> kNl4Levels = {
+    -127.0f, -104.0f, -83.0f, -65.0f, -49.0f, -35.0f, -22.0f, -10.0f,
+    1.0f,    13.0f,   25.0f,  38.0f,  53.0f,  69.0f,  89.0f,  113.0f};
+
 // int4_g32a: the fp16 minimum after element i's block scale.
 inline float group_min(const std::byte* row, std::int64_t offset, std::int64_t i) {
   std::uint16_t h;

@@ -14,6 +14,7 @@
 #include "kvq/eval/plot_png.h"
 #include "kvq/eval/report.h"
 #include "kvq/plot/colour.h"
+#include "kvq/runtime/kv_cache_choice.h"
 #include "support/figure_files.h"
 #include "support/test_paths.h"
 
@@ -178,7 +179,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 24u);
+  EXPECT_EQ(builtin_schemes().size(), 26u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   for (const char* name : {"KV-INT8-Group32", "KV-INT4-Group32", "KV-INT4-Group32+R3"})
@@ -197,6 +198,15 @@ TEST(Compare, SchemeTable) {
   EXPECT_EQ(find_scheme("KV-K8V4-Group32+R3+KS+Sink1").kv_cache, "int8_g32/int4_g32_mse+sink1");
   EXPECT_EQ(find_scheme("KV-INT4-Group64-MSE+R3+KS+Sink1+Layers5").kv_cache.substr(0, 40),
             "int4_g64_mse+sink1+k1-3=int5_g64_mse+k9-");
+  EXPECT_EQ(find_scheme("KV-NL4-Group32+R3+KS+Sink1").kv_cache, "nl4_g32+sink1");
+  EXPECT_EQ(find_scheme("KV-NL4-Group64+R3+KS+Sink1+Layers5").kv_cache.substr(0, 35),
+            "nl4_g64+sink1+k1-3=int5_g64_mse+k9-");
+  // Every scheme's --kv-cache string parses (a typo would only show when the scheme runs).
+  for (const SchemeDef& s : builtin_schemes()) {
+    if (!s.kv_cache.empty()) {
+      EXPECT_NO_THROW(runtime::parse_kv_cache_option(s.kv_cache)) << s.name;
+    }
+  }
   try {
     find_scheme("KV-FP3");
     FAIL();
