@@ -18,6 +18,7 @@ void register_bench(CLI::App& app);
 void register_oneshot(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_compare(CLI::App& app);
+void register_allocate(CLI::App& app);
 void register_serve(CLI::App& app);
 
 // --text and --kld of kvq eval and kvq compare (cmd_eval.cc); `options` must outlive `cmd`'s

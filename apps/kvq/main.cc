@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   kvq::cli::register_oneshot(app);
   kvq::cli::register_eval(app);
   kvq::cli::register_compare(app);
+  kvq::cli::register_allocate(app);
   kvq::cli::register_serve(app);
 
   try {

@@ -447,16 +447,38 @@ bool restore_scales(lifecycle::QuantizationLifecycle& lc, const Json& j) {
 }  // namespace
 
 SchemeReport Evaluator::evaluate(const SchemeDef& def) {
-  const auto& o = options_;
-  auto& m = *impl_->src.model;
   const bool is_base = def.name == builtin_schemes().front().name;
-  // Hooks with calibrated (or stored) scales; else the packed cache alone (nvfp4).
-  const bool calibrated = !def.recipe.empty() || def.from_checkpoint;
   if (is_base && impl_->base_row) return *impl_->base_row;
   if (!is_base) baseline();  // the reference distributions first (plain model)
-
   SchemeReport r;
-  r.scheme = def.name;
+  const auto lc = prepare_scheme(def, r);
+  return run_scheme(def, lc.get(), std::move(r));
+}
+
+std::vector<SchemeReport> Evaluator::evaluate_kv_variants(
+    const SchemeDef& scheme, std::span<const SchemeDef> variants,
+    const std::function<void(std::size_t, const SchemeReport&)>& on_row) {
+  for (const SchemeDef& v : variants) {
+    if (v.recipe != scheme.recipe || v.from_checkpoint != scheme.from_checkpoint)
+      fail<InvalidArgument>("variant {} of {} changes more than its KV cache", v.name, scheme.name);
+  }
+  baseline();
+  SchemeReport calibration;
+  const auto lc = prepare_scheme(scheme, calibration);
+  std::vector<SchemeReport> rows;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    rows.push_back(run_scheme(variants[i], lc.get(), calibration));
+    if (on_row) on_row(i, rows.back());
+  }
+  return rows;
+}
+
+std::unique_ptr<lifecycle::QuantizationLifecycle> Evaluator::prepare_scheme(const SchemeDef& def,
+                                                                            SchemeReport& r) {
+  const auto& o = options_;
+  auto& m = *impl_->src.model;
+  // Hooks with calibrated (or stored) scales; else the packed cache alone (nvfp4).
+  const bool calibrated = !def.recipe.empty() || def.from_checkpoint;
 
   // Calibrate (or reuse cached scales).
   std::unique_ptr<lifecycle::QuantizationLifecycle> lc;
@@ -512,11 +534,20 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
     }
   }
 
+  return lc;
+}
+
+SchemeReport Evaluator::run_scheme(const SchemeDef& def, lifecycle::QuantizationLifecycle* lc,
+                                   SchemeReport r) {
+  const auto& o = options_;
+  auto& m = *impl_->src.model;
+  const bool is_base = def.name == builtin_schemes().front().name;
+  r.scheme = def.name;
   // The cache the user would run: a calibrated scheme's packed cache with its scales (its k/v
   // fake-quant hooks stand aside for it), else the scheme's format with dynamic scales. A scheme
   // whose k/v cannot be packed (layers with different scale granularities, k without v) runs its
   // fake quantization, with a warning; a partially quantized one packs per layer.
-  const model::KvCacheConfig kv = runtime::resolve_kv_cache(def.kv_cache, lc.get(), def.name);
+  const model::KvCacheConfig kv = runtime::resolve_kv_cache(def.kv_cache, lc, def.name);
   // What a value costs in the cache the scheme stands for (K and V, and layers, may differ).
   quant::KvFormat stored = kv.k_format(), stored_v = kv.v_format();
   std::vector<model::KvCacheConfig::LayerFormat> stored_layers = kv.layer_formats;
@@ -560,7 +591,7 @@ SchemeReport Evaluator::evaluate(const SchemeDef& def) {
                       .tokenizer = *impl_->src.tokenizer,
                       .scheme = def,
                       .kv = kv,
-                      .lifecycle = lc.get(),
+                      .lifecycle = lc,
                       .text = impl_->tokens,
                       .baseline = is_base ? nullptr : &baseline()};
   for (const auto& task : eval_tasks())

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -116,6 +117,12 @@ class Evaluator {
   // Calibrates (or reuses cached scales) and runs the enabled eval tasks (eval_task.h) on a
   // scheme; the baseline def returns baseline().
   SchemeReport evaluate(const SchemeDef& scheme);
+  // One scheme's recipe calibrated once, then the tasks run on each of `variants` (the same
+  // recipe: they differ in name and kv_cache only, InvalidArgument otherwise), each row handed to
+  // on_row as it finishes (may be empty). For scans over KV caches (kvq allocate).
+  std::vector<SchemeReport> evaluate_kv_variants(
+      const SchemeDef& scheme, std::span<const SchemeDef> variants,
+      const std::function<void(std::size_t, const SchemeReport&)>& on_row = {});
   // The baseline's top-K distributions over the text's windows (baseline() builds them, on the
   // plain model, before any scheme's hooks are installed).
   const LogitsCache& baseline_logits();
@@ -135,6 +142,14 @@ class Evaluator {
                                    const std::string& key, std::string_view extension) const;
 
  private:
+  // The scheme's hooks on the model, calibrated (or restored from the cache; r gets the
+  // calibration fields); null for a scheme without a recipe or checkpoint.
+  std::unique_ptr<lifecycle::QuantizationLifecycle> prepare_scheme(const SchemeDef& def,
+                                                                   SchemeReport& r);
+  // The enabled tasks on the model as prepared, with the scheme's KV cache.
+  SchemeReport run_scheme(const SchemeDef& def, lifecycle::QuantizationLifecycle* lc,
+                          SchemeReport r);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   EvalOptions options_;

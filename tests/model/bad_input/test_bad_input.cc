@@ -327,6 +327,29 @@ TEST_F(BadInput, FlagsCheckedBeforeWork) {
       {"--ctx"}, 30);
 }
 
+// kvq allocate: a base with exceptions or no format, an upgrade that is unknown or no larger, a
+// budget below the base, and an --out whose allocation.json is the --text: refused before any
+// work, nothing written.
+TEST_F(BadInput, AllocateRefusesBadPlans) {
+  const std::vector<std::string> model = {"allocate", "--model", default_model_dir().string(),
+                                          "--out", (tmp_ / "alloc").string()};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), model.begin(), model.end());
+    return extra;
+  };
+  expect_refused(with({"--base", "int4_g32+v1=int8_g32"}), {"--base", "int4_g32+v1=int8_g32"}, 30);
+  expect_refused(with({"--base", "auto"}), {"--base"}, 30);
+  expect_refused(with({"--upgrade", "int9"}), {"--upgrade", "int9"}, 30);
+  expect_refused(with({"--base", "int8_g32", "--upgrade", "int4_g32"}),
+                 {"--upgrade int4_g32", "no larger than int8_g32"}, 30);
+  expect_refused(with({"--base", "int4_g32", "--bits", "4.25"}), {"--bits", "4.5"}, 30);
+  fs::create_directory(tmp_ / "out");
+  write(tmp_ / "out" / "allocation.json", "my notes\n");
+  expect_refused({"allocate", "--model", default_model_dir().string(), "--text",
+                  (tmp_ / "out" / "allocation.json").string(), "--out", (tmp_ / "out").string()},
+                 {"--out", "--text", "allocation.json"}, 30);
+}
+
 // An output may not be an input: convert --force into the GGUF's own directory used to delete it.
 TEST_F(BadInput, OutputIsNotAnInput) {
   fs::create_directory(tmp_ / "dir");
