@@ -294,12 +294,10 @@ template <int kLo, int kHi>
 float snap_int(float y) {
   return static_cast<float>(round_int(y, kLo, kHi));
 }
-template <int kLo, int kHi>
-constexpr auto int_mse_scale = mse_scale<kLo, snap_int<kLo, kHi>>;
-using Int4G32Mse = Group<4, int_mse_scale<-8, 7>, -8, 7>;
-using Int5G32Mse = Group<5, int_mse_scale<-16, 15>, -16, 15>;
-using Int4G64Mse = Group<4, int_mse_scale<-8, 7>, -8, 7, 64>;
-using Int5G64Mse = Group<5, int_mse_scale<-16, 15>, -16, 15, 64>;
+using Int4G32Mse = Group<4, mse_scale<-8, snap_int<-8, 7>>, -8, 7>;
+using Int5G32Mse = Group<5, mse_scale<-16, snap_int<-16, 15>>, -16, 15>;
+using Int4G64Mse = Group<4, mse_scale<-8, snap_int<-8, 7>>, -8, 7, 64>;
+using Int5G64Mse = Group<5, mse_scale<-16, snap_int<-16, 15>>, -16, 15, 64>;
 
 // nl4_g32 / nl4_g64: unsigned nibbles indexing kNl4Levels, one fp16 scale per kGroup values.
 using detail::kNl4Levels;
