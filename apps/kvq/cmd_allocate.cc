@@ -1,6 +1,6 @@
 // kvq allocate: per-layer K / V formats chosen by measurement under a bits-per-value budget
-// (eval/kv_allocation.h): every K and V tensor upgraded alone, its KLD gain measured on the same
-// windows, the best gains per bit taken within the budget, the plan measured and printed as a
+// (eval/kv_allocation.h): every K and V tensor's KLD measured alone in its base format, the
+// largest expected gains per bit upgraded within the budget, the plan measured and printed as a
 // --kv-cache value.
 #include <cstdio>
 #include <filesystem>
@@ -36,7 +36,7 @@ nlohmann::json to_json(const eval::AllocationResult& r, const eval::AllocationOp
     rows.push_back({{"tensor", tensor_name(row.tensor)},
                     {"layer", row.tensor.layer},
                     {"stream", row.tensor.values ? "v" : "k"},
-                    {"kld", row.kld},
+                    {"kld_alone", row.kld},
                     {"gain", row.gain},
                     {"cost_bits", row.cost},
                     {"chosen", row.chosen}});
@@ -48,6 +48,8 @@ nlohmann::json to_json(const eval::AllocationResult& r, const eval::AllocationOp
           {"base_bits", r.base_bits},
           {"plan_bits", r.plan_bits},
           {"base_kld", r.base.kld},
+          {"upgraded_kld", r.upgraded.kld},
+          {"rho", r.rho},
           {"predicted_kld", r.predicted_kld},
           {"plan_kld", r.plan.kld},
           {"plan_kld_se", r.plan.kld_se},
@@ -75,7 +77,7 @@ void run_allocate(AllocateArgs a) {
   }
   const eval::AllocationResult r = eval::run_allocation(
       o, [](const eval::AllocationRow& row, std::size_t done, std::size_t total) {
-        std::fprintf(stderr, "[%zu/%zu] %s upgraded: KLD %.6f (gain %+.6f)\n", done, total,
+        std::fprintf(stderr, "[%zu/%zu] %s alone: KLD %.6f (expected gain %.6f)\n", done, total,
                      tensor_name(row.tensor).c_str(), row.kld, row.gain);
       });
   const nlohmann::json j = to_json(r, o);
@@ -85,12 +87,15 @@ void run_allocate(AllocateArgs a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("%-6s %-10s %-11s %-10s %s\n", "tensor", "KLD", "gain", "bits", "chosen");
+  std::printf("%-6s %-10s %-10s %-10s %s\n", "tensor", "KLD alone", "exp. gain", "+bits", "chosen");
   for (const eval::AllocationRow& row : r.rows)
-    std::printf("%-6s %-10.6f %+-11.6f %-10.4f %s\n", tensor_name(row.tensor).c_str(), row.kld,
+    std::printf("%-6s %-10.6f %-10.6f %-10.4f %s\n", tensor_name(row.tensor).c_str(), row.kld,
                 row.gain, row.cost, row.chosen ? "yes" : "");
   std::printf("\nbase %s: %.4f bits per value, KLD %.6f%s\n", o.base.c_str(), r.base_bits,
               r.base.kld, r.base.kld_exact ? " (exact)" : " (top-K lower bound)");
+  std::printf(
+      "every tensor in %s: KLD %.6f (rho %.3f: an upgrade saves 1 - rho of a tensor's KLD)\n",
+      o.upgrade.c_str(), r.upgraded.kld, r.rho);
   std::printf("plan: %.4f bits per value, KLD %.6f ± %.6f (predicted from the gains: %.6f)\n",
               r.plan_bits, r.plan.kld, r.plan.kld_se, r.predicted_kld);
   std::printf("--kv-cache %s\n", r.kv_cache.c_str());
@@ -107,14 +112,14 @@ void register_allocate(CLI::App& app) {
   a->alloc.eval.max_windows = 4;
   auto* cmd = app.add_subcommand(
       "allocate",
-      "Choose per-layer K/V formats under a bits-per-value budget: every K and V tensor upgraded "
-      "alone, its KLD gain measured on the same windows, the best gains per bit taken");
+      "Choose per-layer K/V formats under a bits-per-value budget: each K and V tensor's KLD "
+      "measured alone in the base format, the most sensitive ones upgraded within the budget");
   cmd->footer(
       "Example (kvq's 4.5-bit cache: iq4_nl levels per 64 values, a fifth bit where it pays):\n"
       "  kvq allocate --model M --recipe examples/recipes/rotate_r2_r3_smooth_k.yaml \\\n"
       "      --base nl4_g64+sink1 --upgrade int5_g64_mse --bits 4.5 --text calib.txt\n"
       "then run the printed --kv-cache with the same --recipe (kvq eval / generate). Scan on text\n"
-      "you do not evaluate on: the choice fits the windows it saw. 2 x layers + 2 passes over\n"
+      "you do not evaluate on: the choice fits the windows it saw. 2 x layers + 3 passes over\n"
       "the windows; results cached in --out, so an interrupted scan resumes.");
   cmd->add_option("--model", a->model, "Hugging Face model directory")
       ->required()

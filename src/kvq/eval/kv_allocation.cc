@@ -93,22 +93,26 @@ AllocationResult run_allocation(
     fail<InvalidArgument>("--bits {} is below the base cache's {:.4g} bits per value", options.bits,
                           res.base_bits);
 
-  // Variant 0: the base; then K of every layer upgraded alone, then V.
+  // Variants 0 and 1: every tensor in the base format, every one in the upgrade format; then K
+  // of every layer alone in its base format, then V (the rest f32, the base's sink rows kept).
   const std::string name = options.recipe_name.empty() ? "allocate" : options.recipe_name;
   const SchemeDef scheme{.name = name, .recipe = options.recipe, .kv_cache = options.base};
-  std::vector<SchemeDef> variants{scheme};
-  variants.front().name = name + "-base";
   const std::string upgrade_name(quant::kv_format_name(*upgrade));
+  const std::string sink = base.sink_tokens > 0 ? fmt::format("+sink{}", base.sink_tokens) : "";
+  std::vector<SchemeDef> variants(2, scheme);
+  variants[0].name = name + "-base";
+  variants[1].name = name + "-upgraded";
+  variants[1].kv_cache = upgrade_name + sink;
   for (const bool values : {false, true}) {
+    const quant::KvFormat from = values ? v_base : k_base;
     for (std::int64_t l = 0; l < layers; ++l) {
       const KvTensor t{l, values};
       AllocationRow row{.tensor = t};
-      const double from = row_bits(values ? v_base : k_base, head_dim);
-      row.cost = (up_bits - from) / static_cast<double>(2 * layers);
+      row.cost = (up_bits - row_bits(from, head_dim)) / static_cast<double>(2 * layers);
       res.rows.push_back(row);
       SchemeDef v = scheme;
-      v.name = fmt::format("{}-{}{}", name, values ? "v" : "k", l);
-      v.kv_cache = options.base + layer_exceptions(std::span(&t, 1), upgrade_name);
+      v.name = fmt::format("{}-{}{}-alone", name, values ? "v" : "k", l);
+      v.kv_cache = "f32" + sink + layer_exceptions(std::span(&t, 1), quant::kv_format_name(from));
       variants.push_back(std::move(v));
     }
   }
@@ -119,14 +123,15 @@ AllocationResult run_allocation(
   eo.decode_steps = 0;
   Evaluator ev(eo);
   ev.evaluate_kv_variants(scheme, variants, [&](std::size_t i, const SchemeReport& r) {
-    if (i == 0) {
-      res.base = r;
+    if (i < 2) {
+      (i == 0 ? res.base : res.upgraded) = r;
+      if (i == 1) res.rho = res.base.kld > 0.0 ? res.upgraded.kld / res.base.kld : 1.0;
       return;
     }
-    AllocationRow& row = res.rows[i - 1];
+    AllocationRow& row = res.rows[i - 2];
     row.kld = r.kld;
-    row.gain = res.base.kld - r.kld;
-    if (on_row) on_row(row, i, variants.size() - 1);
+    row.gain = row.kld * (1.0 - res.rho);
+    if (on_row) on_row(row, i - 1, variants.size() - 2);
   });
 
   std::vector<double> gains, costs;

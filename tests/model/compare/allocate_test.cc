@@ -1,7 +1,7 @@
 // `kvq allocate` end to end on the default model, tiny budget (1 window of 16 tokens): the scan
-// covers every K and V tensor, the choice is the largest gains within the bits budget, the plan
-// string names exactly the chosen tensors, and the plan's KLD is what `kvq eval` measures for that
-// --kv-cache on the same windows.
+// covers every K and V tensor, the choice is the largest expected gains within the bits budget,
+// the plan string names exactly the chosen tensors, and the plan's KLD — like a tensor's KLD
+// alone — is what `kvq eval` measures for that --kv-cache on the same windows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,8 +45,8 @@ TEST(Allocate, ChoosesTheLargestGainsWithinTheBudget) {
   int chosen = 0;
   for (const auto& row : rows) {
     EXPECT_NEAR(row["cost_bits"].get<double>(), 4.0 / 60.0, 1e-12);
-    EXPECT_NEAR(row["gain"].get<double>(), j["base_kld"].get<double>() - row["kld"].get<double>(),
-                1e-15);
+    EXPECT_NEAR(row["gain"].get<double>(),
+                row["kld_alone"].get<double>() * (1.0 - j["rho"].get<double>()), 1e-15);
     if (row["chosen"].get<bool>()) {
       ++chosen;
       min_chosen = std::min(min_chosen, row["gain"].get<double>());
@@ -80,4 +80,13 @@ TEST(Allocate, ChoosesTheLargestGainsWithinTheBudget) {
   ASSERT_EQ(e.exit_code, 0) << e.err;
   const nlohmann::json ej = nlohmann::json::parse(e.out);
   EXPECT_DOUBLE_EQ(ej["scheme"]["kld"]["mean"].get<double>(), j["plan_kld"].get<double>());
+  // A tensor alone: V of layer 1 in int4_g32, every other one f32, the sink kept.
+  eval[4] = "f32+sink1+v1=int4_g32";
+  const kvq::test::CliResult alone = kvq::test::run_kvq(eval, 300);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(alone.out)["scheme"]["kld"]["mean"].get<double>(),
+                   rows[31]["kld_alone"].get<double>());
+  EXPECT_GT(rows[31]["kld_alone"].get<double>(), 0.0);
+  EXPECT_GT(j["rho"].get<double>(), 0.0);
+  EXPECT_LT(j["rho"].get<double>(), 1.0);  // 8.5 bits beat 4.5
 }
