@@ -77,6 +77,19 @@ AllocationResult run_allocation(
   const std::optional<quant::KvFormat> upgrade = quant::parse_kv_format(options.upgrade);
   if (!upgrade) fail<InvalidArgument>("--upgrade: unknown KV format '{}'", options.upgrade);
 
+  // Every variant puts one format in one layer of an otherwise f32 (or other-format) cache; a
+  // per-stream scale has no granularity to be dynamic at there, so only formats that carry their
+  // scales in the row (or need none) are scanned.
+  const std::optional<quant::KvFormat> value_base = base.value_format;
+  for (const auto& [flag, f] :
+       {std::pair{"--base", base.format}, std::pair{"--base", value_base.value_or(base.format)},
+        std::pair{"--upgrade", *upgrade}}) {
+    if (quant::kv_format_traits(f).needs_scale)
+      fail<InvalidArgument>(
+          "{} {}: kvq allocate scans formats with in-row scales or none (int8_g32, int4_g32_mse, "
+          "nl4_g64, int5_g64_mse, bf16, ...); {} needs a per-stream scale",
+          flag, quant::kv_format_name(f), quant::kv_format_name(f));
+  }
   const model::ModelConfig mc = model::load_model_config(options.eval.model_dir);
   const std::int64_t layers = mc.num_hidden_layers, head_dim = mc.head_dim;
   const quant::KvFormat k_base = base.format, v_base = base.value_format.value_or(base.format);
