@@ -561,9 +561,8 @@ SchemeReport Evaluator::run_scheme(const SchemeDef& def, lifecycle::Quantization
       stored_layers.clear();
     }
   }
-  model::KvCacheConfig costs =
-      model::KvCacheConfig::dynamic(stored, model::KvScaleGranularity::kHead, false, stored_v);
-  costs.layer_formats = stored_layers;
+  const model::KvCacheConfig costs = runtime::dynamic_cache(
+      stored, model::KvScaleGranularity::kHead, false, stored_v, stored_layers);
   r.kv_format = stored_v == stored ? std::string(quant::kv_format_name(stored))
                                    : fmt::format("{}/{}", quant::kv_format_name(stored),
                                                  quant::kv_format_name(stored_v));

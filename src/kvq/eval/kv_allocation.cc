@@ -77,19 +77,6 @@ AllocationResult run_allocation(
   const std::optional<quant::KvFormat> upgrade = quant::parse_kv_format(options.upgrade);
   if (!upgrade) fail<InvalidArgument>("--upgrade: unknown KV format '{}'", options.upgrade);
 
-  // Every variant puts one format in one layer of an otherwise f32 (or other-format) cache; a
-  // per-stream scale has no granularity to be dynamic at there, so only formats that carry their
-  // scales in the row (or need none) are scanned.
-  const std::optional<quant::KvFormat> value_base = base.value_format;
-  for (const auto& [flag, f] :
-       {std::pair{"--base", base.format}, std::pair{"--base", value_base.value_or(base.format)},
-        std::pair{"--upgrade", *upgrade}}) {
-    if (quant::kv_format_traits(f).needs_scale)
-      fail<InvalidArgument>(
-          "{} {}: kvq allocate scans formats with in-row scales or none (int8_g32, int4_g32_mse, "
-          "nl4_g64, int5_g64_mse, bf16, ...); {} needs a per-stream scale",
-          flag, quant::kv_format_name(f), quant::kv_format_name(f));
-  }
   const model::ModelConfig mc = model::load_model_config(options.eval.model_dir);
   const std::int64_t layers = mc.num_hidden_layers, head_dim = mc.head_dim;
   const quant::KvFormat k_base = base.format, v_base = base.value_format.value_or(base.format);
@@ -110,7 +97,15 @@ AllocationResult run_allocation(
   // of every layer alone in its base format, then V (the rest f32, the base's sink rows kept).
   const std::string name = options.recipe_name.empty() ? "allocate" : options.recipe_name;
   const SchemeDef scheme{.name = name, .recipe = options.recipe, .kv_cache = options.base};
-  const std::string upgrade_name(quant::kv_format_name(*upgrade));
+  // A format's name in the variants' strings, with the base's granularity when it has stream
+  // scales (dynamic in every variant, as in the base: `f32+k5=int4:tensor`).
+  const auto spelled = [&](quant::KvFormat f) {
+    std::string n(quant::kv_format_name(f));
+    if (quant::kv_format_traits(f).needs_scale && base.granularity)
+      n += fmt::format(":{}", model::kv_granularity_name(*base.granularity));
+    return n;
+  };
+  const std::string upgrade_name = spelled(*upgrade);
   const std::string sink = base.sink_tokens > 0 ? fmt::format("+sink{}", base.sink_tokens) : "";
   std::vector<SchemeDef> variants(2, scheme);
   variants[0].name = name + "-base";
@@ -125,7 +120,7 @@ AllocationResult run_allocation(
       res.rows.push_back(row);
       SchemeDef v = scheme;
       v.name = fmt::format("{}-{}{}-alone", name, values ? "v" : "k", l);
-      v.kv_cache = "f32" + sink + layer_exceptions(std::span(&t, 1), quant::kv_format_name(from));
+      v.kv_cache = "f32" + sink + layer_exceptions(std::span(&t, 1), spelled(from));
       variants.push_back(std::move(v));
     }
   }

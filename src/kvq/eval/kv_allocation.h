@@ -77,10 +77,9 @@ std::vector<std::size_t> choose_upgrades(std::span<const double> gains,
                                          double budget);
 
 // The scan, the choice and the plan's measurement. Each tensor's row goes to `on_row` as it is
-// measured, when given. InvalidArgument for a base with per-layer exceptions, a base or upgrade
-// format with a per-stream scale (fp8, int8, int4, nvfp4: no granularity to be dynamic at in one
-// layer of another format's cache), an upgrade no larger than the base, or a budget below the
-// base's bits.
+// measured, when given. Formats with stream scales (fp8, int8, int4, nvfp4) are dynamic in every
+// variant, at the base's granularity. InvalidArgument for a base with per-layer exceptions, an
+// upgrade no larger than the base, or a budget below the base's bits.
 AllocationResult run_allocation(const AllocationOptions& options,
                                 const std::function<void(const AllocationRow&, std::size_t done,
                                                          std::size_t total)>& on_row = {});

@@ -58,16 +58,9 @@ KvCacheConfig resolve_plain(const KvCacheOption& o, std::string_view model_name)
     case KvCacheOption::Mode::kFormat:
       break;
   }
-  const KvScaleGranularity g = o.granularity.value_or(KvScaleGranularity::kHead);
-  KvCacheConfig c = KvCacheConfig::dynamic(o.format, g, o.int8_query, o.value_format);
+  KvCacheConfig c = dynamic_cache(o.format, o.granularity.value_or(KvScaleGranularity::kHead),
+                                  o.int8_query, o.value_format, o.layer_formats);
   c.sink_tokens = o.sink_tokens;
-  c.layer_formats = o.layer_formats;
-  for (const KvCacheConfig::LayerFormat& lf : c.layer_formats) {
-    if (quant::kv_format_traits(lf.format).needs_scale && c.scales == KvScales::kNone) {
-      c.scales = KvScales::kDynamic;  // an exception with stream scales: dynamic, as the others
-      c.granularity = g;
-    }
-  }
   return c;
 }
 
@@ -248,6 +241,20 @@ KvCacheOption parse_kv_cache_option(std::string_view text) {
         format_names([](const quant::KvFormatTraits& t) { return t.supports_int8_query(); }));
   }
   return o;
+}
+
+KvCacheConfig dynamic_cache(KvFormat format, KvScaleGranularity granularity, bool int8_query,
+                            std::optional<KvFormat> value_format,
+                            std::vector<KvCacheConfig::LayerFormat> layer_formats) {
+  KvCacheConfig c = KvCacheConfig::dynamic(format, granularity, int8_query, value_format);
+  c.layer_formats = std::move(layer_formats);
+  for (const KvCacheConfig::LayerFormat& lf : c.layer_formats) {
+    if (quant::kv_format_traits(lf.format).needs_scale && c.scales == KvScales::kNone) {
+      c.scales = KvScales::kDynamic;  // an exception with stream scales: dynamic, as the others
+      c.granularity = granularity;
+    }
+  }
+  return c;
 }
 
 KvCacheConfig resolve_kv_cache(const KvCacheOption& o, const lifecycle::QuantizationLifecycle* lc,

@@ -84,6 +84,13 @@ model::KvCacheConfig resolve_kv_cache(std::string_view option,
                                       const lifecycle::QuantizationLifecycle* lifecycle,
                                       std::string_view model_name);
 
+// A dynamic cache of these formats (model::KvCacheConfig::dynamic) with per-layer exceptions; an
+// exception in a format with stream scales makes the cache's scales dynamic at `granularity` even
+// when its base formats have none (`f32+k5=int4`: per-head scales for K of layer 5).
+model::KvCacheConfig dynamic_cache(quant::KvFormat format, model::KvScaleGranularity granularity,
+                                   bool int8_query, std::optional<quant::KvFormat> value_format,
+                                   std::vector<model::KvCacheConfig::LayerFormat> layer_formats);
+
 // {"kv_cache": label, "kv_format", "kv_granularity" (null without scales), "kv_scales",
 //  "kv_fake_quant"}.
 nlohmann::json kv_cache_json(const model::KvCacheConfig& config);

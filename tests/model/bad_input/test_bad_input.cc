@@ -327,9 +327,9 @@ TEST_F(BadInput, FlagsCheckedBeforeWork) {
       {"--ctx"}, 30);
 }
 
-// kvq allocate: a base with exceptions or no format, a base or upgrade with per-stream scales, an
-// upgrade that is unknown or no larger, a budget below the base, and an --out whose
-// allocation.json is the --text: refused before any work, nothing written.
+// kvq allocate: a base with exceptions or no format, an upgrade that is unknown or no larger, a
+// budget below the base, and an --out whose allocation.json is the --text: refused before any
+// work, nothing written.
 TEST_F(BadInput, AllocateRefusesBadPlans) {
   const std::vector<std::string> model = {"allocate", "--model", default_model_dir().string(),
                                           "--out", (tmp_ / "alloc").string()};
@@ -340,8 +340,6 @@ TEST_F(BadInput, AllocateRefusesBadPlans) {
   expect_refused(with({"--base", "int4_g32+v1=int8_g32"}), {"--base", "int4_g32+v1=int8_g32"}, 30);
   expect_refused(with({"--base", "auto"}), {"--base"}, 30);
   expect_refused(with({"--upgrade", "int9"}), {"--upgrade", "int9"}, 30);
-  expect_refused(with({"--base", "int4:head"}), {"--base int4", "per-stream scale"}, 30);
-  expect_refused(with({"--upgrade", "int8"}), {"--upgrade int8", "per-stream scale"}, 30);
   expect_refused(with({"--base", "int8_g32", "--upgrade", "int4_g32"}),
                  {"--upgrade int4_g32", "no larger than int8_g32"}, 30);
   expect_refused(with({"--base", "int4_g32", "--bits", "4.25"}), {"--bits", "4.5"}, 30);

@@ -441,6 +441,20 @@ TEST(KvCacheOption, PerLayerExceptionsTakeTheirOwnFormat) {
   cache = m->make_cache(1, 8, c);
   EXPECT_TRUE(cache.values(0).dynamic(0));
   EXPECT_FALSE(cache.values(1).dynamic(0));
+  // dynamic_cache, the rule itself: with no granularity given, per kv head; what kvq eval /
+  // compare size a scheme's bytes with (before 2026-12-07 they refused `f32+k1=int4`: "layer 1 has
+  // no k_scale").
+  c = dynamic_cache(KvFormat::kF32, model::KvScaleGranularity::kHead, false, std::nullopt,
+                    {{.first = 1, .last = 1, .values = false, .format = KvFormat::kINT4}});
+  EXPECT_EQ(c.scales, KvScales::kDynamic);
+  EXPECT_EQ(c.granularity, model::KvScaleGranularity::kHead);
+  cache = m->make_cache(1, 8, c);
+  EXPECT_TRUE(cache.keys(1).dynamic(0));
+  EXPECT_EQ(cache.keys(0).format(), KvFormat::kF32);
+  EXPECT_EQ(dynamic_cache(KvFormat::kINT4G32, model::KvScaleGranularity::kHead, false, std::nullopt,
+                          {{.first = 0, .last = 0, .format = KvFormat::kBF16}})
+                .scales,
+            KvScales::kNone);
 
   // Layers the model does not have, named.
   try {
