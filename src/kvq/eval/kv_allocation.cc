@@ -43,7 +43,7 @@ std::vector<std::size_t> choose_upgrades(std::span<const double> gains,
   });
   std::vector<std::size_t> chosen;
   double bits = base_bits;
-  // Costs are small sums of exact binary fractions; a relative slack keeps a plan that lands on
+  // Costs like 1 / 60 bit are not exact in binary; a relative slack keeps a plan that lands on
   // the budget exactly (4.25 + 15 · (1 / 60) = 4.5) from failing on rounding.
   const double limit = budget * (1.0 + 1e-12);
   for (const std::size_t i : order) {
