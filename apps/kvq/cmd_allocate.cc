@@ -30,6 +30,22 @@ std::string tensor_name(const eval::KvTensor& t) {
   return fmt::format("{}{}", t.values ? "V" : "K", t.layer);
 }
 
+// The format a row ends up in: the base's K or V format, the upgrade or the downgrade.
+std::string row_format(const eval::AllocationRow& row, const eval::AllocationOptions& o) {
+  switch (row.level) {
+    case eval::AllocationLevel::kUpgrade:
+      return o.upgrade;
+    case eval::AllocationLevel::kDowngrade:
+      return o.downgrade;
+    case eval::AllocationLevel::kBase:
+      break;
+  }
+  const std::size_t slash = o.base.find('/');
+  const std::string formats = o.base.substr(0, o.base.find('+'));
+  if (slash == std::string::npos || slash > formats.size()) return formats;
+  return row.tensor.values ? formats.substr(slash + 1) : formats.substr(0, slash);
+}
+
 nlohmann::json to_json(const eval::AllocationResult& r, const eval::AllocationOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   for (const eval::AllocationRow& row : r.rows) {
@@ -39,24 +55,35 @@ nlohmann::json to_json(const eval::AllocationResult& r, const eval::AllocationOp
                     {"kld_alone", row.kld},
                     {"gain", row.gain},
                     {"cost_bits", row.cost},
-                    {"chosen", row.chosen}});
+                    {"chosen", row.chosen},
+                    {"format", row_format(row, o)}});
+    if (!o.downgrade.empty()) {
+      rows.back()["downgrade_loss"] = row.loss;
+      rows.back()["downgrade_saving_bits"] = row.saving;
+    }
   }
-  return {{"base", o.base},
-          {"upgrade", o.upgrade},
-          {"budget_bits", o.bits},
-          {"kv_cache", r.kv_cache},
-          {"base_bits", r.base_bits},
-          {"plan_bits", r.plan_bits},
-          {"base_kld", r.base.kld},
-          {"upgraded_kld", r.upgraded.kld},
-          {"rho", r.rho},
-          {"predicted_kld", r.predicted_kld},
-          {"plan_kld", r.plan.kld},
-          {"plan_kld_se", r.plan.kld_se},
-          {"kld_exact", r.plan.kld_exact},
-          {"base_report", eval::to_json(r.base)},
-          {"plan_report", eval::to_json(r.plan)},
-          {"tensors", rows}};
+  nlohmann::json j = {{"base", o.base},
+                      {"upgrade", o.upgrade},
+                      {"budget_bits", o.bits},
+                      {"kv_cache", r.kv_cache},
+                      {"base_bits", r.base_bits},
+                      {"plan_bits", r.plan_bits},
+                      {"base_kld", r.base.kld},
+                      {"upgraded_kld", r.upgraded.kld},
+                      {"rho", r.rho},
+                      {"predicted_kld", r.predicted_kld},
+                      {"plan_kld", r.plan.kld},
+                      {"plan_kld_se", r.plan.kld_se},
+                      {"kld_exact", r.plan.kld_exact},
+                      {"base_report", eval::to_json(r.base)},
+                      {"plan_report", eval::to_json(r.plan)},
+                      {"tensors", rows}};
+  if (!o.downgrade.empty()) {
+    j["downgrade"] = o.downgrade;
+    j["downgraded_kld"] = r.downgraded.kld;
+    j["rho_down"] = r.rho_down;
+  }
+  return j;
 }
 
 void run_allocate(AllocateArgs a) {
@@ -87,15 +114,19 @@ void run_allocate(AllocateArgs a) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("%-6s %-10s %-10s %-10s %s\n", "tensor", "KLD alone", "exp. gain", "+bits", "chosen");
+  std::printf("%-6s %-10s %-10s %-10s %s\n", "tensor", "KLD alone", "exp. gain", "+bits", "format");
   for (const eval::AllocationRow& row : r.rows)
     std::printf("%-6s %-10.6f %-10.6f %-10.4f %s\n", tensor_name(row.tensor).c_str(), row.kld,
-                row.gain, row.cost, row.chosen ? "yes" : "");
+                row.gain, row.cost, row_format(row, o).c_str());
   std::printf("\nbase %s: %.4f bits per value, KLD %.6f%s\n", o.base.c_str(), r.base_bits,
               r.base.kld, r.base.kld_exact ? " (exact)" : " (top-K lower bound)");
   std::printf(
       "every tensor in %s: KLD %.6f (rho %.3f: an upgrade saves 1 - rho of a tensor's KLD)\n",
       o.upgrade.c_str(), r.upgraded.kld, r.rho);
+  if (!o.downgrade.empty())
+    std::printf(
+        "every tensor in %s: KLD %.6f (rho %.3f: a downgrade adds rho - 1 of a tensor's KLD)\n",
+        o.downgrade.c_str(), r.downgraded.kld, r.rho_down);
   std::printf("plan: %.4f bits per value, KLD %.6f ± %.6f (predicted from the gains: %.6f)\n",
               r.plan_bits, r.plan.kld, r.plan.kld_se, r.predicted_kld);
   std::printf("--kv-cache %s\n", r.kv_cache.c_str());
@@ -118,9 +149,12 @@ void register_allocate(CLI::App& app) {
       "Example (kvq's 4.5-bit cache: iq4_nl levels per 64 values, a fifth bit where it pays):\n"
       "  kvq allocate --model M --recipe examples/recipes/rotate_r2_r3_smooth_k.yaml \\\n"
       "      --base nl4_g64+sink1 --upgrade int5_g64_mse --bits 4.5 --text calib.txt\n"
-      "then run the printed --kv-cache with the same --recipe (kvq eval / generate). Scan on text\n"
-      "you do not evaluate on: the choice fits the windows it saw. 2 x layers + 3 passes over\n"
-      "the windows; results cached in --out, so an interrupted scan resumes.");
+      "then run the printed --kv-cache with the same --recipe (kvq eval / generate). With\n"
+      "--downgrade nl3_g64 the least sensitive tensors may drop to 3 bits and pay for more\n"
+      "upgrades (or, with --bits 3.5, a 3-bit cache keeps 4 and 5 bits where they matter).\n"
+      "Scan on text you do not evaluate on: the choice fits the windows it saw. 2 x layers + 3\n"
+      "passes over the windows (+1 with --downgrade); results cached in --out, so an\n"
+      "interrupted scan resumes.");
   cmd->add_option("--model", a->model, "Hugging Face model directory")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -133,6 +167,9 @@ void register_allocate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--upgrade", a->alloc.upgrade, "The format a chosen tensor gets")
       ->capture_default_str();
+  cmd->add_option("--downgrade", a->alloc.downgrade,
+                  "A smaller format the least sensitive tensors may take, so that more bits go "
+                  "where they pay (e.g. nl3_g64; none by default)");
   cmd->add_option("--bits", a->alloc.bits,
                   "Budget: average bits per value over every K and V (codes and in-row scales; "
                   "sink rows not counted)")

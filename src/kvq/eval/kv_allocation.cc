@@ -1,7 +1,6 @@
 #include "kvq/eval/kv_allocation.h"
 
 #include <algorithm>
-#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
@@ -32,27 +31,42 @@ std::string layer_exceptions(std::span<const KvTensor> tensors, std::string_view
   return out;
 }
 
-std::vector<std::size_t> choose_upgrades(std::span<const double> gains,
-                                         std::span<const double> costs, double base_bits,
-                                         double budget) {
-  KVQ_CHECK(gains.size() == costs.size(), "{} gains for {} costs", gains.size(), costs.size());
-  std::vector<std::size_t> order(gains.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return gains[a] / costs[a] > gains[b] / costs[b];
-  });
-  std::vector<std::size_t> chosen;
-  double bits = base_bits;
+std::vector<int> climb_ladders(std::span<const Ladder> ladders, double start_bits, double budget,
+                               std::vector<std::size_t>* order) {
+  std::vector<int> steps(ladders.size(), 0);
+  std::vector<bool> stopped(ladders.size(), false);
+  double bits = start_bits;
   // Costs like 1 / 60 bit are not exact in binary; a relative slack keeps a plan that lands on
   // the budget exactly (4.25 + 15 · (1 / 60) = 4.5) from failing on rounding.
   const double limit = budget * (1.0 + 1e-12);
-  for (const std::size_t i : order) {
-    KVQ_CHECK(costs[i] > 0.0, "upgrade {} costs {} bits", i, costs[i]);
-    if (!(gains[i] > 0.0) || bits + costs[i] > limit) continue;
-    bits += costs[i];
-    chosen.push_back(i);
+  for (;;) {
+    std::optional<std::size_t> best;
+    double best_ratio = 0.0;
+    for (std::size_t i = 0; i < ladders.size(); ++i) {
+      const Ladder& l = ladders[i];
+      KVQ_CHECK(l.gains.size() == l.costs.size(), "{} gains for {} costs", l.gains.size(),
+                l.costs.size());
+      const auto s = static_cast<std::size_t>(steps[i]);
+      if (stopped[i] || s == l.gains.size()) continue;
+      KVQ_CHECK(l.costs[s] > 0.0, "step {} of ladder {} costs {} bits", s, i, l.costs[s]);
+      const double ratio = l.gains[s] / l.costs[s];
+      if (!best || ratio > best_ratio) {
+        best = i;
+        best_ratio = ratio;
+      }
+    }
+    if (!best) break;
+    const Ladder& l = ladders[*best];
+    const auto s = static_cast<std::size_t>(steps[*best]);
+    if (!(l.gains[s] > 0.0) || bits + l.costs[s] > limit) {
+      stopped[*best] = true;
+      continue;
+    }
+    bits += l.costs[s];
+    ++steps[*best];
+    if (order) order->push_back(*best);
   }
-  return chosen;
+  return steps;
 }
 
 namespace {
@@ -76,6 +90,11 @@ AllocationResult run_allocation(
         options.base);
   const std::optional<quant::KvFormat> upgrade = quant::parse_kv_format(options.upgrade);
   if (!upgrade) fail<InvalidArgument>("--upgrade: unknown KV format '{}'", options.upgrade);
+  std::optional<quant::KvFormat> downgrade;
+  if (!options.downgrade.empty()) {
+    downgrade = quant::parse_kv_format(options.downgrade);
+    if (!downgrade) fail<InvalidArgument>("--downgrade: unknown KV format '{}'", options.downgrade);
+  }
 
   const model::ModelConfig mc = model::load_model_config(options.eval.model_dir);
   const std::int64_t layers = mc.num_hidden_layers, head_dim = mc.head_dim;
@@ -83,18 +102,25 @@ AllocationResult run_allocation(
   AllocationResult res;
   res.base_bits = (row_bits(k_base, head_dim) + row_bits(v_base, head_dim)) / 2.0;
   const double up_bits = row_bits(*upgrade, head_dim);
+  const double down_bits = downgrade ? row_bits(*downgrade, head_dim) : 0.0;
   for (const quant::KvFormat f : {k_base, v_base}) {
     if (up_bits <= row_bits(f, head_dim))
       fail<InvalidArgument>("--upgrade {} ({:.4g} bits per value) is no larger than {} ({:.4g})",
                             options.upgrade, up_bits, quant::kv_format_name(f),
                             row_bits(f, head_dim));
+    if (downgrade && down_bits >= row_bits(f, head_dim))
+      fail<InvalidArgument>("--downgrade {} ({:.4g} bits per value) is no smaller than {} ({:.4g})",
+                            options.downgrade, down_bits, quant::kv_format_name(f),
+                            row_bits(f, head_dim));
   }
-  if (options.bits < res.base_bits)
-    fail<InvalidArgument>("--bits {} is below the base cache's {:.4g} bits per value", options.bits,
-                          res.base_bits);
+  const double start_bits = downgrade ? down_bits : res.base_bits;
+  if (options.bits < start_bits)
+    fail<InvalidArgument>("--bits {} is below the {} cache's {:.4g} bits per value", options.bits,
+                          downgrade ? "--downgrade" : "--base", start_bits);
 
-  // Variants 0 and 1: every tensor in the base format, every one in the upgrade format; then K
-  // of every layer alone in its base format, then V (the rest f32, the base's sink rows kept).
+  // Variants: every tensor in the base format, every one in the upgrade format, every one in the
+  // downgrade format (when given); then K of every layer alone in its base format, then V (the
+  // rest f32, the base's sink rows kept).
   const std::string name = options.recipe_name.empty() ? "allocate" : options.recipe_name;
   const SchemeDef scheme{.name = name, .recipe = options.recipe, .kv_cache = options.base};
   // A format's name in the variants' strings, with the base's granularity when it has stream
@@ -106,17 +132,26 @@ AllocationResult run_allocation(
     return n;
   };
   const std::string upgrade_name = spelled(*upgrade);
+  const std::string downgrade_name = downgrade ? spelled(*downgrade) : "";
   const std::string sink = base.sink_tokens > 0 ? fmt::format("+sink{}", base.sink_tokens) : "";
   std::vector<SchemeDef> variants(2, scheme);
   variants[0].name = name + "-base";
   variants[1].name = name + "-upgraded";
   variants[1].kv_cache = upgrade_name + sink;
+  if (downgrade) {
+    variants.push_back(scheme);
+    variants.back().name = name + "-downgraded";
+    variants.back().kv_cache = downgrade_name + sink;
+  }
+  const std::size_t first_alone = variants.size();
+  const double tensors = static_cast<double>(2 * layers);
   for (const bool values : {false, true}) {
     const quant::KvFormat from = values ? v_base : k_base;
     for (std::int64_t l = 0; l < layers; ++l) {
       const KvTensor t{l, values};
       AllocationRow row{.tensor = t};
-      row.cost = (up_bits - row_bits(from, head_dim)) / static_cast<double>(2 * layers);
+      row.cost = (up_bits - row_bits(from, head_dim)) / tensors;
+      if (downgrade) row.saving = (row_bits(from, head_dim) - down_bits) / tensors;
       res.rows.push_back(row);
       SchemeDef v = scheme;
       v.name = fmt::format("{}-{}{}-alone", name, values ? "v" : "k", l);
@@ -130,33 +165,61 @@ AllocationResult run_allocation(
   eo.gsm8k_limit = 0;
   eo.decode_steps = 0;
   Evaluator ev(eo);
+  const auto ratio = [&](const SchemeReport& r) {
+    return res.base.kld > 0.0 ? r.kld / res.base.kld : 1.0;
+  };
   ev.evaluate_kv_variants(scheme, variants, [&](std::size_t i, const SchemeReport& r) {
-    if (i < 2) {
-      (i == 0 ? res.base : res.upgraded) = r;
-      if (i == 1) res.rho = res.base.kld > 0.0 ? res.upgraded.kld / res.base.kld : 1.0;
+    if (i < first_alone) {
+      if (i == 0) res.base = r;
+      if (i == 1) {
+        res.upgraded = r;
+        res.rho = ratio(r);
+      }
+      if (i == 2) {
+        res.downgraded = r;
+        res.rho_down = ratio(r);
+      }
       return;
     }
-    AllocationRow& row = res.rows[i - 2];
+    AllocationRow& row = res.rows[i - first_alone];
     row.kld = r.kld;
     row.gain = row.kld * (1.0 - res.rho);
-    if (on_row) on_row(row, i - 1, variants.size() - 2);
+    row.loss = downgrade ? row.kld * (res.rho_down - 1.0) : 0.0;
+    if (on_row) on_row(row, i - first_alone + 1, variants.size() - first_alone);
   });
 
-  std::vector<double> gains, costs;
+  // Each tensor's ladder: [downgrade ->] base -> upgrade.
+  std::vector<Ladder> ladders;
   for (const AllocationRow& row : res.rows) {
-    gains.push_back(row.gain);
-    costs.push_back(row.cost);
+    Ladder l;
+    if (downgrade) {
+      l.gains.push_back(row.loss);
+      l.costs.push_back(row.saving);
+    }
+    l.gains.push_back(row.gain);
+    l.costs.push_back(row.cost);
+    ladders.push_back(std::move(l));
   }
-  std::vector<KvTensor> chosen;
+  const std::vector<int> steps = climb_ladders(ladders, start_bits, options.bits);
+  std::vector<KvTensor> up, down;
   res.plan_bits = res.base_bits;
   res.predicted_kld = res.base.kld;
-  for (const std::size_t i : choose_upgrades(gains, costs, res.base_bits, options.bits)) {
-    res.rows[i].chosen = true;
-    chosen.push_back(res.rows[i].tensor);
-    res.plan_bits += res.rows[i].cost;
-    res.predicted_kld -= res.rows[i].gain;
+  for (std::size_t i = 0; i < res.rows.size(); ++i) {
+    AllocationRow& row = res.rows[i];
+    row.level = static_cast<AllocationLevel>(steps[i] - (downgrade ? 1 : 0));
+    if (row.level == AllocationLevel::kUpgrade) {
+      row.chosen = true;
+      up.push_back(row.tensor);
+      res.plan_bits += row.cost;
+      res.predicted_kld -= row.gain;
+    } else if (row.level == AllocationLevel::kDowngrade) {
+      down.push_back(row.tensor);
+      res.plan_bits -= row.saving;
+      res.predicted_kld += row.loss;
+    }
   }
-  res.kv_cache = options.base + layer_exceptions(chosen, upgrade_name);
+  res.kv_cache = options.base + layer_exceptions(up, upgrade_name) +
+                 (downgrade ? layer_exceptions(down, downgrade_name) : "");
   SchemeDef plan = scheme;
   plan.name = name + "-plan";
   plan.kv_cache = res.kv_cache;

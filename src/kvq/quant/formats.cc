@@ -299,52 +299,91 @@ using Int5G32Mse = Group<5, mse_scale<-16, snap_int<-16, 15>>, -16, 15>;
 using Int4G64Mse = Group<4, mse_scale<-8, snap_int<-8, 7>>, -8, 7, 64>;
 using Int5G64Mse = Group<5, mse_scale<-16, snap_int<-16, 15>>, -16, 15, 64>;
 
-// nl4_g32 / nl4_g64: unsigned nibbles indexing kNl4Levels, one fp16 scale per kGroup values.
-using detail::kNl4Levels;
-constexpr std::uint8_t kNl4NanCode = 8;               // level 1, the one nearest 0
-constexpr std::array<float, 15> kNl4Midpoints = [] {  // exact: halves of integers
-  std::array<float, 15> mid{};
-  for (std::size_t k = 0; k < mid.size(); ++k) mid[k] = 0.5f * (kNl4Levels[k] + kNl4Levels[k + 1]);
-  return mid;
-}();
+// nl4 / nl3: codes indexing a table of levels (kNl4Levels: unsigned nibbles in int4 order;
+// kNl3Levels: 3-bit codes in bit planes, detail::code3), one fp16 scale per kGroup values.
+template <std::size_t K>
+struct LevelTable {
+  const std::array<float, K>& levels;
+  std::array<float, K - 1> midpoints;  // exact: halves of integers
+  std::uint8_t nan_code;               // the level nearest 0 (NaN, zero blocks, padding)
+};
+template <std::size_t K>
+constexpr LevelTable<K> level_table(const std::array<float, K>& levels) {
+  LevelTable<K> t{levels, {}, 0};
+  for (std::size_t k = 0; k + 1 < K; ++k) t.midpoints[k] = 0.5f * (levels[k] + levels[k + 1]);
+  for (std::size_t k = 1; k < K; ++k)
+    if ((levels[k] < 0 ? -levels[k] : levels[k]) <
+        (levels[t.nan_code] < 0 ? -levels[t.nan_code] : levels[t.nan_code]))
+      t.nan_code = static_cast<std::uint8_t>(k);
+  return t;
+}
+constexpr LevelTable<16> kNl4 = level_table(detail::kNl4Levels);
+constexpr LevelTable<8> kNl3 = level_table(detail::kNl3Levels);
+static_assert(kNl4.nan_code == 8 && kNl3.nan_code == 4);
+
 // The level nearest y, the lower one on a tie: the number of midpoints below y, by binary search
-// (NaN: level 1).
-std::uint8_t nl4_code(float y) {
-  if (std::isnan(y)) return kNl4NanCode;
+// (NaN: the level nearest 0).
+template <std::size_t K, const LevelTable<K>& T>
+std::uint8_t level_code(float y) {
+  if (std::isnan(y)) return T.nan_code;
   unsigned c = 0;
-  for (unsigned step = 8; step > 0; step /= 2)
-    if (y > kNl4Midpoints[c + step - 1]) c += step;
+  for (unsigned step = K / 2; step > 0; step /= 2)
+    if (y > T.midpoints[c + step - 1]) c += step;
   return static_cast<std::uint8_t>(c);
 }
-float snap_nl4(float y) { return kNl4Levels[nl4_code(y)]; }
+template <std::size_t K, const LevelTable<K>& T>
+float snap_level(float y) {
+  return T.levels[level_code<K, T>(y)];
+}
 
-template <std::int64_t kGroup>
-struct Nl4 {
+template <int kBits, std::int64_t kGroup, const auto& T>
+struct NonLinear {
+  static constexpr std::size_t K = std::size_t{1} << kBits;
+  static_assert(T.midpoints.size() + 1 == K);
+  static void put(std::byte* out, std::int64_t i, unsigned q) {
+    if constexpr (kBits == 4) {
+      out[i / 2] = (i & 1) ? ((out[i / 2] & std::byte{0x0f}) | static_cast<std::byte>(q << 4))
+                           : ((out[i / 2] & std::byte{0xf0}) | static_cast<std::byte>(q));
+    } else {
+      std::byte* block = out + (i / kGroupValues) * detail::plane_block_bytes(3);
+      const std::int64_t j = i % kGroupValues;
+      const int lo = 2 * static_cast<int>(j % 4), hi = static_cast<int>(j % 8);
+      block[j / 4] = (block[j / 4] & static_cast<std::byte>(~(3u << lo))) |
+                     static_cast<std::byte>((q & 3u) << lo);
+      block[8 + j / 8] = (block[8 + j / 8] & static_cast<std::byte>(~(1u << hi))) |
+                         static_cast<std::byte>((q >> 2 & 1u) << hi);
+    }
+  }
+  static std::uint8_t code(const std::byte* row, std::int64_t i) {
+    if constexpr (kBits == 4)
+      return nibble(row, i);
+    else
+      return detail::code3(row, i);
+  }
   static void quantize(const RowCodec& c, const float* x, std::byte* out) {
     const std::int64_t n = c.n;
-    const auto code_bytes = static_cast<std::size_t>(group_scales_offset(4, n));
-    std::memset(out, kNl4NanCode * 0x11, code_bytes);  // an odd tail pads level 1 (times d)
+    const std::int64_t code_bytes = group_scales_offset(kBits, n);
+    std::memset(out, 0, static_cast<std::size_t>(code_bytes));
+    // A partial last block pads the level nearest 0 (times d).
+    for (std::int64_t i = n; i < code_bytes * 8 / kBits; ++i) put(out, i, T.nan_code);
     for (std::int64_t b0 = 0; b0 < n; b0 += kGroup) {
       const std::int64_t m = std::min<std::int64_t>(kGroup, n - b0);
-      const float rule = mse_scale<-127, snap_nl4>(x + b0, m);
+      const float rule = mse_scale<-127, snap_level<K, T>>(x + b0, m);
       const std::uint16_t h = f32_to_fp16(clamp(rule, -kFp16Max, kFp16Max));
       std::memcpy(out + code_bytes + 2 * (b0 / kGroup), &h, 2);
       const float d = fp16_to_f32(h);
-      for (std::int64_t i = b0; i < b0 + m; ++i) {
-        const unsigned q = d == 0.0f ? kNl4NanCode : nl4_code(x[i] / d);
-        out[i / 2] = (i & 1) ? ((out[i / 2] & std::byte{0x0f}) | static_cast<std::byte>(q << 4))
-                             : ((out[i / 2] & std::byte{0xf0}) | static_cast<std::byte>(q));
-      }
+      for (std::int64_t i = b0; i < b0 + m; ++i)
+        put(out, i, d == 0.0f ? T.nan_code : level_code<K, T>(x[i] / d));
     }
   }
   // (L[c] - zp) * d, the SIMD kernels' order (zero_point is 0 here).
   static float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
-    return (kNl4Levels[nibble(row, i)] - zero_point) *
-           group_scale(row, group_scales_offset(4, n), i, 2, kGroup);
+    return (T.levels[code(row, i)] - zero_point) *
+           group_scale(row, group_scales_offset(kBits, n), i, 2, kGroup);
   }
   static float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
-    return (kNl4Levels[nibble(row, i)] - c.zero_point) *
-           (group_scale(row, group_scales_offset(4, c.n), i, 2, kGroup) / c.global_scale);
+    return (T.levels[code(row, i)] - c.zero_point) *
+           (group_scale(row, group_scales_offset(kBits, c.n), i, 2, kGroup) / c.global_scale);
   }
 };
 
@@ -621,9 +660,9 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .head_dim_multiple = 32,
      .code_min = -127.0f,
      .code_max = 113.0f,
-     .quantize_row = Nl4<32>::quantize,
-     .unscaled = Nl4<32>::unscaled,
-     .value = Nl4<32>::value},
+     .quantize_row = NonLinear<4, 32, kNl4>::quantize,
+     .unscaled = NonLinear<4, 32, kNl4>::unscaled,
+     .value = NonLinear<4, 32, kNl4>::value},
     {.format = KvFormat::kNL4G64,
      .name = "nl4_g64",
      .aliases = {"iq4_nl_g64"},
@@ -633,9 +672,32 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .head_dim_multiple = 64,
      .code_min = -127.0f,
      .code_max = 113.0f,
-     .quantize_row = Nl4<64>::quantize,
-     .unscaled = Nl4<64>::unscaled,
-     .value = Nl4<64>::value},
+     .quantize_row = NonLinear<4, 64, kNl4>::quantize,
+     .unscaled = NonLinear<4, 64, kNl4>::unscaled,
+     .value = NonLinear<4, 64, kNl4>::value},
+    {.format = KvFormat::kNL3G32,
+     .name = "nl3_g32",
+     .aliases = {"nl3"},
+     .bits = 3,
+     .block_values = 32,
+     .block_bytes = 14,
+     .head_dim_multiple = 32,
+     .code_min = -127.0f,
+     .code_max = 95.0f,
+     .quantize_row = NonLinear<3, 32, kNl3>::quantize,
+     .unscaled = NonLinear<3, 32, kNl3>::unscaled,
+     .value = NonLinear<3, 32, kNl3>::value},
+    {.format = KvFormat::kNL3G64,
+     .name = "nl3_g64",
+     .bits = 3,
+     .block_values = 64,
+     .block_bytes = 26,
+     .head_dim_multiple = 64,
+     .code_min = -127.0f,
+     .code_max = 95.0f,
+     .quantize_row = NonLinear<3, 64, kNl3>::quantize,
+     .unscaled = NonLinear<3, 64, kNl3>::unscaled,
+     .value = NonLinear<3, 64, kNl3>::value},
 }};
 
 constexpr bool rows_in_enum_order() {

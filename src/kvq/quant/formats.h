@@ -38,6 +38,10 @@
 //   nl4_g32 / nl4_g64  ceil(n/2) bytes of UNSIGNED nibbles c in [0, 15] (int4 order, no offset),
 //         indices into llama.cpp's iq4_nl codebook (kNl4Levels), then ceil(n/32) / ceil(n/64) fp16
 //         block scales (4.5 / 4.25 bits per value; nl4_g32 is iq4_nl's block with kvq's order)
+//   nl3_g32 / nl3_g64  per block of 32 values 12 bytes of 3-bit codes c in [0, 7] indexing
+//         kNl3Levels: 8 bytes of their low two bits (value j at bit 2 (j % 4) of byte j / 4), then
+//         4 bytes of their third bits (bit j % 8 of byte j / 8); then ceil(n/32) / ceil(n/64) fp16
+//         block scales (3.5 / 3.25 bits per value)
 //   All of them are dynamic and need no calibration: each block's scale comes from the row itself
 //   when it is written, so they have no per-stream parameter (KvScales::kNone, like f16). The KV
 //   cache needs head_dim % 32 == 0 for them (KvFormatTraits::head_dim_multiple); the codec itself
@@ -79,6 +83,9 @@
 //         of level 1 (decodes to d), d == 0 stores it for every value (decodes to 0). The
 //         levels cost nothing at decode (one vpermps, as e2m1) and lower the squared error of
 //         Gaussian blocks by ~15 % against int4_g32_mse, of heavier-tailed ones by ~30 %.
+//   nl3_g32 / nl3_g64: nl4's rule with kvq's 8 levels (kNl3Levels: -127, -75, -43, -18, 4, 27,
+//         55, 95, a Lloyd-Max codebook for blocks scaled this way; NaN, zero blocks and padding
+//         take level 4, the one nearest 0).
 //   int4_g32a (llama.cpp q4_1: asymmetric per block; NaN is ignored by min / max):
 //         d = fp16(min((max - min) / 15, 65504)), m = fp16(clamp(min, ±65504))
 //         q = d == 0 ? 0 : round_half_even(clamp((x - m) / d, 0, 15)), decoded fma(q, d, m)
@@ -129,8 +136,10 @@ enum class KvFormat : std::uint8_t {
   kINT5G64Mse,
   kNL4G32,
   kNL4G64,
+  kNL3G32,
+  kNL3G64,
 };
-inline constexpr std::size_t kKvFormatCount = 18;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 20;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).

@@ -48,10 +48,25 @@ inline float nvfp4_block_scale(const std::byte* row, std::int64_t n, std::int64_
 
 inline constexpr std::int64_t kGroupValues = 32;  // values per int8_g32 / int4_g32 block scale
 
+// Bytes of one block of 32 codes in the formats whose codes are split in bit planes: int5
+// (16 bytes of low nibbles + 4 of fifth bits) and nl3 (8 bytes of 2-bit pairs + 4 of third bits).
+constexpr std::int64_t plane_block_bytes(int bits) { return bits == 5 ? 20 : 12; }
+
 // Where a group format's fp16 block scales start: after the codes of n values of `bits` bits
-// (int5_g32: whole 20-byte blocks of 32 codes, a partial last one padded).
+// (int5_g32, nl3: whole blocks of 32 codes in bit planes, a partial last one padded).
 constexpr std::int64_t group_scales_offset(int bits, std::int64_t n) {
-  return bits == 5 ? (n + kGroupValues - 1) / kGroupValues * 20 : (n * bits + 7) / 8;
+  return bits == 5 || bits == 3 ? (n + kGroupValues - 1) / kGroupValues * plane_block_bytes(bits)
+                                : (n * bits + 7) / 8;
+}
+
+// nl3 code i (0..7) of a row: per block of 32, byte j / 4 holds the low two bits of value j at
+// bit 2 (j % 4), byte 8 + j / 8 its third bit at bit j % 8.
+inline std::uint8_t code3(const std::byte* row, std::int64_t i) {
+  const std::byte* block = row + (i / kGroupValues) * plane_block_bytes(3);
+  const std::int64_t j = i % kGroupValues;
+  const auto lo = static_cast<unsigned>(block[j / 4]) >> (2 * (j % 4)) & 3u;
+  const auto hi = static_cast<unsigned>(block[8 + j / 8]) >> (j % 8) & 1u;
+  return static_cast<std::uint8_t>(lo | hi << 2);
 }
 
 // The fp16 block scale of element i of a group-format row whose scales start at `offset`, with
@@ -68,6 +83,13 @@ inline float group_scale(const std::byte* row, std::int64_t offset, std::int64_t
 inline constexpr std::array<float, 16> kNl4Levels = {
     -127.0f, -104.0f, -83.0f, -65.0f, -49.0f, -35.0f, -22.0f, -10.0f,
     1.0f,    13.0f,   25.0f,  38.0f,  53.0f,  69.0f,  89.0f,  113.0f};
+
+// nl3_g32 / nl3_g64: code c in [0, 7] decodes to kNl3Levels[c] · d. kvq's levels: a Lloyd-Max
+// codebook for blocks scaled as nl4's are (the value of largest magnitude on -127), fitted to
+// simulated Gaussian and Student-t(5) blocks and rounded (within 5 % of each fit's squared
+// error; 8-10 % / 25 % below uniform int3 codes under the same scale search).
+inline constexpr std::array<float, 8> kNl3Levels = {-127.0f, -75.0f, -43.0f, -18.0f,
+                                                    4.0f,    27.0f,  55.0f,  95.0f};
 
 // int4_g32a: the fp16 minimum after element i's block scale.
 inline float group_min(const std::byte* row, std::int64_t offset, std::int64_t i) {

@@ -28,7 +28,7 @@ using quant::KvFormat;
 constexpr KvFormat kGroupFormats[] = {
     KvFormat::kINT8G32, KvFormat::kINT4G32,    KvFormat::kINT4G32A,   KvFormat::kINT4G32Mse,
     KvFormat::kINT5G32, KvFormat::kINT5G32Mse, KvFormat::kINT4G64Mse, KvFormat::kINT5G64Mse,
-    KvFormat::kNL4G32,  KvFormat::kNL4G64};
+    KvFormat::kNL4G32,  KvFormat::kNL4G64,     KvFormat::kNL3G32,     KvFormat::kNL3G64};
 
 class GroupKvFormats : public ::testing::Test {
  protected:

@@ -156,7 +156,7 @@ TEST(KvCache, GroupFormatsNeedWholeBlocksAndNoStreamScales) {
   for (KvFormat f :
        {KvFormat::kINT8G32, KvFormat::kINT4G32, KvFormat::kINT4G32A, KvFormat::kINT4G32Mse,
         KvFormat::kINT5G32, KvFormat::kINT5G32Mse, KvFormat::kINT4G64Mse, KvFormat::kINT5G64Mse,
-        KvFormat::kNL4G32, KvFormat::kNL4G64}) {
+        KvFormat::kNL4G32, KvFormat::kNL4G64, KvFormat::kNL3G32, KvFormat::kNL3G64}) {
     const std::string name(quant::kv_format_name(f));
     const std::int64_t block = quant::kv_format_traits(f).head_dim_multiple;
     const std::string e = spec_error(KvCacheConfig::of(f));  // head_dim 16
@@ -206,10 +206,11 @@ TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
     if (t.format == KvFormat::kNVFP4) per_head += D / 16.0;
     if (t.format == KvFormat::kINT8G32 || t.format == KvFormat::kINT4G32 ||
         t.format == KvFormat::kINT4G32Mse || t.format == KvFormat::kINT5G32 ||
-        t.format == KvFormat::kINT5G32Mse || t.format == KvFormat::kNL4G32)
+        t.format == KvFormat::kINT5G32Mse || t.format == KvFormat::kNL4G32 ||
+        t.format == KvFormat::kNL3G32)
       per_head += 2 * D / 32.0;
     if (t.format == KvFormat::kINT4G64Mse || t.format == KvFormat::kINT5G64Mse ||
-        t.format == KvFormat::kNL4G64)
+        t.format == KvFormat::kNL4G64 || t.format == KvFormat::kNL3G64)
       per_head += 2 * D / 64.0;
     if (t.format == KvFormat::kINT4G32A) per_head += 4 * D / 32.0;  // fp16 scale + fp16 minimum
     const double theory = 2.0 * layers * H * per_head;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -510,102 +512,164 @@ TEST(KvFormats, Int4G32MseKeepsAnExactBlock) {
   EXPECT_EQ(a, b);
 }
 
-// nl4_g32 / nl4_g64: written out independently. Per block the stored scale is the first of the
-// 16 candidates fp16(m * (1 - 0.02 k) / -127) with the smallest squared error when every value
-// takes the level nearest x / d (the lower on a tie), and element i decodes to L[code] * d; the
-// codes are unsigned nibbles in int4 order. On Gaussian blocks (rotated K / V) the levels cut
-// int4_g32_mse's squared error (simulated 0.85 for blocks of 32).
-TEST(KvFormats, Nl4CodesTheNearestLevelUnderTheSearchedScale) {
-  constexpr const auto& L = detail::kNl4Levels;
-  const auto nearest = [&](float y) {
-    int best = 0;
-    for (int c = 1; c < 16; ++c)
-      if (std::fabs(y - L[static_cast<std::size_t>(c)]) <
-          std::fabs(y - L[static_cast<std::size_t>(best)]))
-        best = c;
-    return best;
+// ---- nl4 / nl3: codes indexing a table of levels, one searched fp16 scale per block ---------
+
+// The level of `levels` nearest y (the lower on a tie), by a linear scan.
+int nearest_level(std::span<const float> levels, float y) {
+  int best = 0;
+  for (int c = 1; c < static_cast<int>(levels.size()); ++c)
+    if (std::fabs(y - levels[static_cast<std::size_t>(c)]) <
+        std::fabs(y - levels[static_cast<std::size_t>(best)]))
+      best = c;
+  return best;
+}
+
+// The stored scale of one block, written out: the first of the 16 candidates
+// fp16(m * (1 - 0.02 k) / -127) with the smallest squared error when every value takes its
+// nearest level (m: the block's value of largest magnitude).
+std::uint16_t level_block_scale(std::span<const float> levels, const std::vector<float>& x,
+                                std::int64_t b0, std::int64_t b1, double* sse_out = nullptr) {
+  const float m = block_extreme(x, b0, b1).second;
+  std::uint16_t want = 0;
+  double best = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < 16; ++k) {
+    const std::uint16_t h = f32_to_fp16(m * (1.0f - 0.02f * static_cast<float>(k)) / -127.0f);
+    const float d = fp16_to_f32(h);
+    double e = 0.0;
+    for (std::int64_t i = b0; i < b1; ++i) {
+      const float v =
+          d == 0.0f ? 0.0f : levels[static_cast<std::size_t>(nearest_level(levels, x[i] / d))] * d;
+      e += std::pow(static_cast<double>(v) - x[i], 2);
+    }
+    if (e < best) {
+      best = e;
+      want = h;
+    }
+  }
+  if (sse_out) *sse_out += best;
+  return want;
+}
+
+struct LevelFormat {
+  KvFormat format;
+  int bits, group;
+  std::span<const float> levels;
+};
+constexpr LevelFormat kLevelFormats[] = {{KvFormat::kNL4G32, 4, 32, detail::kNl4Levels},
+                                         {KvFormat::kNL4G64, 4, 64, detail::kNl4Levels},
+                                         {KvFormat::kNL3G32, 3, 32, detail::kNl3Levels},
+                                         {KvFormat::kNL3G64, 3, 64, detail::kNl3Levels}};
+
+// Code i of a row, written out: nl4 nibbles in int4 order; nl3 per block of 32 values the low
+// two bits of value j at bit 2 (j % 4) of byte j / 4, its third bit at bit j % 8 of byte 8 + j / 8.
+int level_code_at(const LevelFormat& f, const std::vector<std::byte>& row, std::int64_t i) {
+  const auto byte = [&](std::int64_t k) {
+    return static_cast<unsigned>(row[static_cast<std::size_t>(k)]);
   };
+  if (f.bits == 4) return static_cast<int>(byte(i / 2) >> (4 * (i % 2)) & 15u);
+  const std::int64_t block = i / 32 * 12, j = i % 32;
+  return static_cast<int>((byte(block + j / 4) >> (2 * (j % 4)) & 3u) |
+                          (byte(block + 8 + j / 8) >> (j % 8) & 1u) << 2);
+}
+// Where the fp16 block scales start in a row of n values.
+std::int64_t level_scales_at(const LevelFormat& f, std::int64_t n) {
+  return f.bits == 4 ? n / 2 : (n + 31) / 32 * 12;
+}
+
+// nl4_g32 / nl4_g64 / nl3_g32 / nl3_g64 follow their rule, written out independently: per block
+// the searched scale, every value the level nearest x / d, decoded as L[code] * d.
+TEST(KvFormats, LevelFormatsCodeTheNearestLevelUnderTheSearchedScale) {
   std::mt19937 rng(34);
-  for (const auto& [f, group] :
-       {std::pair{KvFormat::kNL4G32, 32}, std::pair{KvFormat::kNL4G64, 64}}) {
-    ASSERT_EQ(kv_row_bytes(f, 128), 64u + 2u * 128u / static_cast<unsigned>(group));
+  for (const LevelFormat& f : kLevelFormats) {
+    const auto name = kv_format_name(f.format);
+    ASSERT_EQ(kv_row_bytes(f.format, 128),
+              static_cast<std::size_t>(128 * f.bits / 8 + 2 * 128 / f.group))
+        << name;
     for (std::int64_t n : {64, 128, 192}) {
       for (float spread : {1e-3f, 0.3f, 40.0f}) {
         const std::vector<float> x = random_row(rng, n, spread);
-        std::vector<std::byte> row(kv_row_bytes(f, n));
-        quantize_row(f, x.data(), n, 1.0f, 0.0f, 1.0f, row.data());
+        std::vector<std::byte> row(kv_row_bytes(f.format, n));
+        quantize_row(f.format, x.data(), n, 1.0f, 0.0f, 1.0f, row.data());
         std::vector<float> got(static_cast<std::size_t>(n));
-        dequantize_row(f, row.data(), n, 1.0f, 0.0f, 1.0f, got.data());
-        for (std::int64_t b0 = 0; b0 < n; b0 += group) {
-          const std::int64_t b1 = b0 + group;
-          const float m = block_extreme(x, b0, b1).second;
-          const auto sse = [&](float d) {
-            double e = 0.0;
-            for (std::int64_t i = b0; i < b1; ++i) {
-              const float v = d == 0.0f ? 0.0f : L[static_cast<std::size_t>(nearest(x[i] / d))] * d;
-              e += std::pow(static_cast<double>(v) - x[i], 2);
-            }
-            return e;
-          };
-          std::uint16_t want = 0;
-          double best = std::numeric_limits<double>::infinity();
-          for (int k = 0; k < 16; ++k) {
-            const std::uint16_t h =
-                f32_to_fp16(m * (1.0f - 0.02f * static_cast<float>(k)) / -127.0f);
-            if (const double e = sse(fp16_to_f32(h)); e < best) {
-              best = e;
-              want = h;
-            }
-          }
-          const auto at = static_cast<std::size_t>(n / 2 + 2 * (b0 / group));
-          ASSERT_EQ(fp16_at(row, at), want) << kv_format_name(f) << " n " << n << " b " << b0;
+        dequantize_row(f.format, row.data(), n, 1.0f, 0.0f, 1.0f, got.data());
+        for (std::int64_t b0 = 0; b0 < n; b0 += f.group) {
+          const std::uint16_t want = level_block_scale(f.levels, x, b0, b0 + f.group);
+          const auto at = static_cast<std::size_t>(level_scales_at(f, n) + 2 * (b0 / f.group));
+          ASSERT_EQ(fp16_at(row, at), want) << name << " n " << n << " b " << b0;
           const float d = fp16_to_f32(want);
-          for (std::int64_t i = b0; i < b1; ++i) {
-            const int c = nearest(x[i] / d);
-            ASSERT_EQ(static_cast<int>(detail::nibble(row.data(), i)), c) << "i " << i;
-            ASSERT_TRUE(same_value(got[i], L[static_cast<std::size_t>(c)] * d)) << "i " << i;
+          for (std::int64_t i = b0; i < b0 + f.group; ++i) {
+            const int c = nearest_level(f.levels, x[i] / d);
+            ASSERT_EQ(level_code_at(f, row, i), c) << name << " i " << i;
+            ASSERT_TRUE(same_value(got[i], f.levels[static_cast<std::size_t>(c)] * d))
+                << name << " i " << i;
           }
         }
       }
     }
   }
-  // A tie between two levels takes the lower one; NaN the level nearest 0; a zero block d = 0.
-  // Block 0 holds every level (-127, its extreme, and -104 once; the others twice), so d = 1
-  // wins the search.
-  std::vector<float> y(64, 0.0f), got(64);
-  for (int i = 0; i < 29; ++i)
-    y[static_cast<std::size_t>(i)] = L[static_cast<std::size_t>(i < 15 ? i : i - 13)];
-  y[29] = 0.5f * (L[7] + L[8]);  // -4.5: the midpoint of -10 and 1
-  y[30] = 0.5f * (L[8] + L[9]);  // 7: the midpoint of 1 and 13
-  y[31] = kNaN;
-  std::vector<std::byte> row(kv_row_bytes(KvFormat::kNL4G32, 64));
-  quantize_row(KvFormat::kNL4G32, y.data(), 64, 1.0f, 0.0f, 1.0f, row.data());
-  dequantize_row(KvFormat::kNL4G32, row.data(), 64, 1.0f, 0.0f, 1.0f, got.data());
-  ASSERT_EQ(fp16_at(row, 32), f32_to_fp16(1.0f));
-  for (int i = 0; i < 29; ++i)
-    EXPECT_EQ(got[static_cast<std::size_t>(i)], y[static_cast<std::size_t>(i)]) << i;
-  EXPECT_EQ(got[29], -10.0f);
-  EXPECT_EQ(got[30], 1.0f);
-  EXPECT_EQ(got[31], 1.0f);
-  EXPECT_EQ(fp16_to_f32(fp16_at(row, 34)), 0.0f);  // the all-zero second block: d = -0
-  for (int i = 32; i < 64; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], 0.0f) << i;
-  // Gaussian blocks: less squared error than int4_g32_mse at the same bytes.
+}
+
+// A tie between two levels takes the lower one; NaN the level nearest 0; a zero block d = 0.
+// Block 0 holds every level at least twice (the extreme, -127, once more than the nearest
+// candidate needs), so d = 1 wins the search.
+TEST(KvFormats, LevelFormatsTiesNanAndZeroBlocks) {
+  for (const LevelFormat& f : {kLevelFormats[0], kLevelFormats[2]}) {
+    const auto name = kv_format_name(f.format);
+    const auto L = f.levels;
+    const auto K = static_cast<int>(L.size());
+    std::vector<float> y(64, 0.0f), got(64);
+    for (int i = 0; i < 29; ++i)
+      y[static_cast<std::size_t>(i)] = L[static_cast<std::size_t>(i % K)];
+    const std::size_t z = K == 16 ? 8 : 4;  // the level nearest 0
+    y[29] = 0.5f * (L[z - 1] + L[z]);       // a midpoint: the lower level
+    y[30] = 0.5f * (L[z] + L[z + 1]);
+    y[31] = kNaN;
+    std::vector<std::byte> row(kv_row_bytes(f.format, 64));
+    quantize_row(f.format, y.data(), 64, 1.0f, 0.0f, 1.0f, row.data());
+    dequantize_row(f.format, row.data(), 64, 1.0f, 0.0f, 1.0f, got.data());
+    const auto scales = static_cast<std::size_t>(level_scales_at(f, 64));
+    ASSERT_EQ(fp16_at(row, scales), f32_to_fp16(1.0f)) << name;
+    for (int i = 0; i < 29; ++i)
+      EXPECT_EQ(got[static_cast<std::size_t>(i)], y[static_cast<std::size_t>(i)]) << name << i;
+    EXPECT_EQ(got[29], L[z - 1]) << name;
+    EXPECT_EQ(got[30], L[z]) << name;
+    EXPECT_EQ(got[31], L[z]) << name;
+    EXPECT_EQ(level_code_at(f, row, 31), static_cast<int>(z)) << name;
+    EXPECT_EQ(fp16_to_f32(fp16_at(row, scales + 2)), 0.0f) << name;  // the zero block: d = -0
+    for (int i = 32; i < 64; ++i) {
+      EXPECT_EQ(got[static_cast<std::size_t>(i)], 0.0f) << name << i;
+      EXPECT_EQ(level_code_at(f, row, i), static_cast<int>(z)) << name << i;
+    }
+  }
+}
+
+// On Gaussian blocks (rotated K / V) the levels beat uniform codes under the same search: nl4
+// against int4_g32_mse (simulated 0.85), nl3 against the 8 uniform levels -127 ... 95.25 (int3
+// codes -4 ... 3 times 127 / 4) through the written-out rule (simulated 0.92).
+TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
+  std::mt19937 rng(35);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  double nl = 0.0, mse = 0.0;
+  constexpr std::array<float, 8> kUniform3 = {-127.0f, -95.25f, -63.5f, -31.75f,
+                                              0.0f,    31.75f,  63.5f,  95.25f};
+  double nl4 = 0.0, int4 = 0.0, nl3 = 0.0, uniform3 = 0.0;
   for (int rep = 0; rep < 256; ++rep) {
     std::vector<float> g(32);
     for (float& v : g) v = normal(rng);
     for (const auto& [f, err] :
-         {std::pair{KvFormat::kNL4G32, &nl}, std::pair{KvFormat::kINT4G32Mse, &mse}}) {
+         {std::pair{KvFormat::kNL4G32, &nl4}, std::pair{KvFormat::kINT4G32Mse, &int4},
+          std::pair{KvFormat::kNL3G32, &nl3}}) {
       std::vector<std::byte> r(kv_row_bytes(f, 32));
       std::vector<float> back(32);
       quantize_row(f, g.data(), 32, 1.0f, 0.0f, 1.0f, r.data());
       dequantize_row(f, r.data(), 32, 1.0f, 0.0f, 1.0f, back.data());
       for (int i = 0; i < 32; ++i) *err += std::pow(static_cast<double>(back[i]) - g[i], 2);
     }
+    level_block_scale(kUniform3, g, 0, 32, &uniform3);
   }
-  std::printf("nl4_g32 / int4_g32_mse squared error on Gaussian blocks: %.3f\n", nl / mse);
-  EXPECT_LT(nl, 0.92 * mse) << nl << " vs " << mse;
+  std::printf("Gaussian blocks, squared error: nl4_g32 / int4_g32_mse %.3f, nl3_g32 / int3 %.3f\n",
+              nl4 / int4, nl3 / uniform3);
+  EXPECT_LT(nl4, 0.92 * int4) << nl4 << " vs " << int4;
+  EXPECT_LT(nl3, 0.97 * uniform3) << nl3 << " vs " << uniform3;
 }
 
 // int4_g32a (q4_1): d = (max - min) / 15 and m = min in fp16, unsigned codes, decoded
