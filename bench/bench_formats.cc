@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvq/kernels/cpu/int8_query.h"
@@ -95,6 +96,28 @@ void formats_small(benchmark::internal::Benchmark* b) {
     b->Args({f, 256});
 }
 
+// The writer: quantize_row of 256 Gaussian rows (what prefill and every decode step pay per
+// K / V row; the searched-scale formats try 16 scales per block).
+void BM_Quantize(benchmark::State& state) {
+  const auto f = static_cast<KvFormat>(state.range(0));
+  constexpr std::int64_t kRows = 256;
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(kRows * kHeadDim);
+  for (float& v : x) v = dist(rng);
+  const std::size_t row_bytes = kvq::quant::kv_row_bytes(f, kHeadDim);
+  std::vector<std::byte> out(row_bytes * kRows);
+  for (auto _ : state) {
+    for (std::int64_t t = 0; t < kRows; ++t)
+      kvq::quant::quantize_row(f, x.data() + t * kHeadDim, kHeadDim, 0.05f, 0.0f, 500.0f,
+                               out.data() + t * row_bytes);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kRows * kHeadDim);
+  state.SetLabel(std::string(kvq::quant::kv_format_name(f)));
+}
+
+BENCHMARK(BM_Quantize)->Apply(formats_small);
 BENCHMARK(BM_Row<Op::kDequantize, false>)->Apply(formats);
 BENCHMARK(BM_Row<Op::kDot, false>)->Apply(formats);
 BENCHMARK(BM_Row<Op::kAxpy, false>)->Apply(formats_small);

@@ -152,6 +152,11 @@ const std::vector<SchemeDef>& builtin_schemes() {
        "nl4_g64+sink1+k1-3=int5_g64_mse+k9-11=int5_g64_mse+k13=int5_g64_mse+k17-20=int5_g64_"
        "mse+k22-23=int5_g64_mse+v1=int5_g64_mse+v3=int5_g64_mse",
        false, false},
+      // 3 bits: kvq's 8 non-uniform levels (nl3_g32: 3.5 bits per value). Run by name.
+      {"KV-NL3-Group32+R3+KS+Sink1",
+       "nl3_g32 K/V (8 Lloyd-Max levels, searched scales; 3.5 bits), R2 + R3, key smoothing, "
+       "first token in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"), "nl3_g32+sink1", false, false},
       {"KV-INT8-Group32+R3+KS", "KV-INT8-Group32 after key smoothing and SpinQuant R2 + R3",
        r("rotate_r2_r3_smooth_k.yaml"), "int8_g32", false, false},
       // The reference PR's FP4 attention per head (q fake-quantized; K/V packed as NVFP4 under

@@ -373,7 +373,7 @@ std::string kv_cache_flag_help(bool list) {
       "KV cache{}: auto (a quantized checkpoint's packed cache with its calibrated scales, "
       "else f32), fake (checkpoint only: its fake quantization, fp32 cache), or "
       "FORMAT[:tensor|head] with FORMAT one of {} ({} on a plain model: dynamic scales fixed by "
-      "the first write, per kv head unless :tensor; {}: a scale per 32 values of every row, "
+      "the first write, per kv head unless :tensor; {}: a scale per 32 (…_g64: 64) values of every row, "
       "no granularity); {}...+q8: approximate int8-query decode scores (VNNI), faster, not "
       "bit-exact; ...+sinkN: the first N tokens of every sequence kept in bf16 (attention "
       "sinks; dynamic caches), e.g. int4_g32_mse+sink1; K/V in two formats as llama.cpp's "

@@ -179,7 +179,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 26u);
+  EXPECT_EQ(builtin_schemes().size(), 27u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   for (const char* name : {"KV-INT8-Group32", "KV-INT4-Group32", "KV-INT4-Group32+R3"})
@@ -199,6 +199,7 @@ TEST(Compare, SchemeTable) {
   EXPECT_EQ(find_scheme("KV-INT4-Group64-MSE+R3+KS+Sink1+Layers5").kv_cache.substr(0, 40),
             "int4_g64_mse+sink1+k1-3=int5_g64_mse+k9-");
   EXPECT_EQ(find_scheme("KV-NL4-Group32+R3+KS+Sink1").kv_cache, "nl4_g32+sink1");
+  EXPECT_EQ(find_scheme("KV-NL3-Group32+R3+KS+Sink1").kv_cache, "nl3_g32+sink1");
   EXPECT_EQ(find_scheme("KV-NL4-Group64+R3+KS+Sink1+Layers5").kv_cache.substr(0, 35),
             "nl4_g64+sink1+k1-3=int5_g64_mse+k9-");
   // Every scheme's --kv-cache string parses (a typo would only show when the scheme runs).
