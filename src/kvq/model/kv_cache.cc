@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -221,30 +222,34 @@ void KvBuffer::write(std::int64_t pos, std::int64_t n, const float* states, std:
   const std::int64_t d = head_dim_;
   // Positions below sink_rows_ are sink rows: bf16, apart, and not seen by fix_dynamic.
   fix_dynamic(n, std::clamp<std::int64_t>(sink_rows_ - pos, 0, n), states);
-  for (std::int64_t h = 0; h < kv_heads_; ++h) {
+  std::vector<kernels::KvRowsView> views;  // [kv_heads, batch]
+  for (std::int64_t h = 0; h < kv_heads_; ++h)
+    for (std::int64_t b = 0; b < batch_; ++b) views.push_back(rows(b, h));
+  // Every row is encoded on its own (its codes and block scales depend on nothing else), so a
+  // prefill's thousands of rows split over threads — the searched-scale formats spend ~10 µs on
+  // a row — and give the same bytes; a decode step's few rows stay on the calling thread.
+  const std::int64_t total = kv_heads_ * batch_ * count;
+#pragma omp parallel for schedule(static) if (total >= 256)
+  for (std::int64_t j = 0; j < total; ++j) {
+    const std::int64_t h = j / (batch_ * count), b = j / count % batch_, i = first + j % count;
     const auto hs = static_cast<std::size_t>(h);
     // Still unfixed: this write's codes decode the same under any parameter (see the header).
     const float scale = std::isnan(params_.scale[hs]) ? 1.0f : params_.scale[hs];
     const float zp = params_.zero_point[hs];
     const float gs = std::isnan(params_.global_scale[hs]) ? 1.0f : params_.global_scale[hs];
-    for (std::int64_t b = 0; b < batch_; ++b) {
-      const float* src = states + ((b * kv_heads_ + h) * n) * d;  // [n, head_dim]
-      const kernels::KvRowsView view = rows(b, h);
-      for (std::int64_t i = first; i < first + count; ++i) {
-        const std::int64_t t = pos + i;
-        if (t < sink_rows_) {
-          std::byte* dst =
-              sink_bytes_.get() + ((b * kv_heads_ + h) * sink_rows_ + t) * sink_row_bytes_;
-          quant::quantize_row(KvFormat::kBF16, src + i * d, d, 1.0f, 0.0f, 1.0f, dst);
-          continue;
-        }
-        auto* dst = const_cast<std::byte*>(view.row(t));  // this buffer's own bytes
-        if (format_ == KvFormat::kF32 && scale == 1.0f) {
-          std::memcpy(dst, src + i * d, static_cast<std::size_t>(d) * sizeof(float));
-        } else {
-          quant::quantize_row(format_, src + i * d, d, scale, zp, gs, dst);
-        }
-      }
+    const float* x = states + ((b * kv_heads_ + h) * n + i) * d;  // [head_dim]
+    const std::int64_t t = pos + i;
+    if (t < sink_rows_) {
+      std::byte* dst = sink_bytes_.get() + ((b * kv_heads_ + h) * sink_rows_ + t) * sink_row_bytes_;
+      quant::quantize_row(KvFormat::kBF16, x, d, 1.0f, 0.0f, 1.0f, dst);
+      continue;
+    }
+    // This buffer's own bytes.
+    auto* dst = const_cast<std::byte*>(views[static_cast<std::size_t>(h * batch_ + b)].row(t));
+    if (format_ == KvFormat::kF32 && scale == 1.0f) {
+      std::memcpy(dst, x, static_cast<std::size_t>(d) * sizeof(float));
+    } else {
+      quant::quantize_row(format_, x, d, scale, zp, gs, dst);
     }
   }
 }
