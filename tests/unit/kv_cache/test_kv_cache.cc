@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -349,6 +350,43 @@ TEST(KvCacheRing, BadWindowsAreRefused) {
   EXPECT_THROW(KvCache(2, 1, 1, 16, 8, kv, std::vector<std::int64_t>{4, -1}), InvalidArgument);
   kv.window_chunk = -2;
   EXPECT_THROW(KvCache(2, 1, 1, 16, 8, kv), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvq::model
+
+namespace kvq::model {
+namespace {
+
+// A prefill-sized write (>= 256 rows) splits its rows over threads: the bytes are the same on 1
+// and 2 threads, for a searched-scale format and with a bf16 sink row.
+TEST(KvCache, LargeWritesGiveTheSameBytesOnAnyThreadCount) {
+  constexpr std::int64_t kHeads = 3, kDim = 64, kTokens = 300;
+  KvCacheConfig spec = KvCacheConfig::of(KvFormat::kNL4G32);
+  spec.sink_tokens = 1;
+  const std::vector<float> x =
+      random_states(static_cast<std::size_t>(2 * kHeads * kTokens * kDim), 77);  // [2, H, T, D]
+  std::vector<std::vector<std::byte>> rows;
+  std::vector<std::vector<float>> decoded;
+  const int before = omp_get_max_threads();
+  for (const int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    KvCache cache(1, 2, kHeads, kDim, kTokens, spec);
+    cache.keys(0).write(0, kTokens, x.data());
+    std::vector<std::byte> all;  // the packed rows (position 0, the sink, is stored apart)
+    for (std::int64_t b = 0; b < 2; ++b) {
+      for (std::int64_t h = 0; h < kHeads; ++h) {
+        const kernels::KvRowsView v = cache.keys(0).rows(b, h);
+        for (std::int64_t t = 1; t < kTokens; ++t)
+          all.insert(all.end(), v.row(t), v.row(t) + cache.keys(0).row_bytes());
+      }
+    }
+    rows.push_back(std::move(all));
+    decoded.push_back(cache.keys(0).read(kTokens));  // the sink row included
+  }
+  omp_set_num_threads(before);
+  EXPECT_EQ(rows[0], rows[1]);
+  EXPECT_EQ(decoded[0], decoded[1]);
 }
 
 }  // namespace
