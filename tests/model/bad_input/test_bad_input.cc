@@ -328,8 +328,8 @@ TEST_F(BadInput, FlagsCheckedBeforeWork) {
 }
 
 // kvq allocate: a base with exceptions or no format, an upgrade that is unknown or no larger, a
-// budget below the base, and an --out whose allocation.json is the --text: refused before any
-// work, nothing written.
+// downgrade that is unknown or no smaller, a budget below the base (or the downgrade), and an
+// --out whose allocation.json is the --text: refused before any work, nothing written.
 TEST_F(BadInput, AllocateRefusesBadPlans) {
   const std::vector<std::string> model = {"allocate", "--model", default_model_dir().string(),
                                           "--out", (tmp_ / "alloc").string()};
@@ -343,6 +343,11 @@ TEST_F(BadInput, AllocateRefusesBadPlans) {
   expect_refused(with({"--base", "int8_g32", "--upgrade", "int4_g32"}),
                  {"--upgrade int4_g32", "no larger than int8_g32"}, 30);
   expect_refused(with({"--base", "int4_g32", "--bits", "4.25"}), {"--bits", "4.5"}, 30);
+  expect_refused(with({"--downgrade", "int2"}), {"--downgrade", "int2"}, 30);
+  expect_refused(with({"--base", "nl3_g64", "--downgrade", "nl4_g64"}),
+                 {"--downgrade nl4_g64", "no smaller than nl3_g64"}, 30);
+  expect_refused(with({"--downgrade", "nl3_g64", "--bits", "3"}),
+                 {"--bits 3", "--downgrade", "3.25"}, 30);
   fs::create_directory(tmp_ / "out");
   write(tmp_ / "out" / "allocation.json", "my notes\n");
   expect_refused({"allocate", "--model", default_model_dir().string(), "--text",
