@@ -144,7 +144,8 @@ void register_allocate(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "allocate",
       "Choose per-layer K/V formats under a bits-per-value budget: each K and V tensor's KLD "
-      "measured alone in the base format, the most sensitive ones upgraded within the budget");
+      "measured alone in the base format, the most sensitive ones upgraded within the budget (with "
+      "--downgrade, the least sensitive ones downgraded)");
   cmd->footer(
       "Example (kvq's 4.5-bit cache: iq4_nl levels per 64 values, a fifth bit where it pays):\n"
       "  kvq allocate --model M --recipe examples/recipes/rotate_r2_r3_smooth_k.yaml \\\n"
@@ -162,8 +163,10 @@ void register_allocate(CLI::App& app) {
                   "llm-compressor recipe applied first (rotations, key smoothing; calibrated on "
                   "GSM8K train once)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--base", a->alloc.base,
-                  "The cache every tensor starts in: FORMAT or KFORMAT/VFORMAT, +sinkN (dynamic)")
+  cmd->add_option(
+         "--base", a->alloc.base,
+         "The format each tensor's KLD is measured alone in, and every tensor's unless the plan "
+         "moves it: FORMAT or KFORMAT/VFORMAT, +sinkN (dynamic)")
       ->capture_default_str();
   cmd->add_option("--upgrade", a->alloc.upgrade, "The format a chosen tensor gets")
       ->capture_default_str();
