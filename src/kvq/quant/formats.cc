@@ -340,6 +340,7 @@ template <int kBits, std::int64_t kGroup, const auto& T>
 struct NonLinear {
   static constexpr std::size_t K = std::size_t{1} << kBits;
   static_assert(T.midpoints.size() + 1 == K);
+  static_assert(T.levels[0] == -127.0f, "the scale search puts the block's extreme on -127");
   static void put(std::byte* out, std::int64_t i, unsigned q) {
     if constexpr (kBits == 4) {
       out[i / 2] = (i & 1) ? ((out[i / 2] & std::byte{0x0f}) | static_cast<std::byte>(q << 4))
