@@ -139,7 +139,8 @@ TEST(Allocate, DowngradesTheLeastSensitiveTensors) {
   EXPECT_LE(bits, 4.2 + 1e-9);
   EXPECT_GT(bits, 4.2 - 4.0 / 60.0);  // no step that still fits is left out (at most one int8)
   // The plan string gives each tensor its format.
-  const kvq::runtime::KvCacheOption o = kvq::runtime::parse_kv_cache_option(j["kv_cache"].get<std::string>());
+  const kvq::runtime::KvCacheOption o =
+      kvq::runtime::parse_kv_cache_option(j["kv_cache"].get<std::string>());
   int exceptions = 0;
   for (const auto& e : o.layer_formats) exceptions += static_cast<int>(e.last - e.first + 1);
   int moved = 0;
