@@ -30,22 +30,6 @@ std::string tensor_name(const eval::KvTensor& t) {
   return fmt::format("{}{}", t.values ? "V" : "K", t.layer);
 }
 
-// The format a row ends up in: the base's K or V format, the upgrade or the downgrade.
-std::string row_format(const eval::AllocationRow& row, const eval::AllocationOptions& o) {
-  switch (row.level) {
-    case eval::AllocationLevel::kUpgrade:
-      return o.upgrade;
-    case eval::AllocationLevel::kDowngrade:
-      return o.downgrade;
-    case eval::AllocationLevel::kBase:
-      break;
-  }
-  const std::size_t slash = o.base.find('/');
-  const std::string formats = o.base.substr(0, o.base.find('+'));
-  if (slash == std::string::npos || slash > formats.size()) return formats;
-  return row.tensor.values ? formats.substr(slash + 1) : formats.substr(0, slash);
-}
-
 nlohmann::json to_json(const eval::AllocationResult& r, const eval::AllocationOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   for (const eval::AllocationRow& row : r.rows) {
@@ -55,8 +39,8 @@ nlohmann::json to_json(const eval::AllocationResult& r, const eval::AllocationOp
                     {"kld_alone", row.kld},
                     {"gain", row.gain},
                     {"cost_bits", row.cost},
-                    {"chosen", row.chosen},
-                    {"format", row_format(row, o)}});
+                    {"chosen", row.level == eval::AllocationLevel::kUpgrade},
+                    {"format", row.format}});
     if (!o.downgrade.empty()) {
       rows.back()["downgrade_loss"] = row.loss;
       rows.back()["downgrade_saving_bits"] = row.saving;
@@ -117,7 +101,7 @@ void run_allocate(AllocateArgs a) {
   std::printf("%-6s %-10s %-10s %-10s %s\n", "tensor", "KLD alone", "exp. gain", "+bits", "format");
   for (const eval::AllocationRow& row : r.rows)
     std::printf("%-6s %-10.6f %-10.6f %-10.4f %s\n", tensor_name(row.tensor).c_str(), row.kld,
-                row.gain, row.cost, row_format(row, o).c_str());
+                row.gain, row.cost, row.format.c_str());
   std::printf("\nbase %s: %.4f bits per value, KLD %.6f%s\n", o.base.c_str(), r.base_bits,
               r.base.kld, r.base.kld_exact ? " (exact)" : " (top-K lower bound)");
   std::printf(

@@ -207,12 +207,14 @@ AllocationResult run_allocation(
   for (std::size_t i = 0; i < res.rows.size(); ++i) {
     AllocationRow& row = res.rows[i];
     row.level = static_cast<AllocationLevel>(steps[i] - (downgrade ? 1 : 0));
+    row.format = spelled(row.tensor.values ? v_base : k_base);
     if (row.level == AllocationLevel::kUpgrade) {
-      row.chosen = true;
+      row.format = upgrade_name;
       up.push_back(row.tensor);
       res.plan_bits += row.cost;
       res.predicted_kld -= row.gain;
     } else if (row.level == AllocationLevel::kDowngrade) {
+      row.format = downgrade_name;
       down.push_back(row.tensor);
       res.plan_bits -= row.saving;
       res.predicted_kld += row.loss;

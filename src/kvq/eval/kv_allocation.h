@@ -62,7 +62,7 @@ struct AllocationRow {
   // average bits per value it saves.
   double loss = 0.0, saving = 0.0;
   AllocationLevel level = AllocationLevel::kBase;
-  bool chosen = false;  // upgraded
+  std::string format;  // the plan's format for it, as --kv-cache spells it
 };
 
 struct AllocationResult {

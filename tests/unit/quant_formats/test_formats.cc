@@ -669,7 +669,7 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
   std::printf("Gaussian blocks, squared error: nl4_g32 / int4_g32_mse %.3f, nl3_g32 / int3 %.3f\n",
               nl4 / int4, nl3 / uniform3);
   EXPECT_LT(nl4, 0.92 * int4) << nl4 << " vs " << int4;
-  EXPECT_LT(nl3, 0.97 * uniform3) << nl3 << " vs " << uniform3;
+  EXPECT_LT(nl3, 0.95 * uniform3) << nl3 << " vs " << uniform3;
 }
 
 // int4_g32a (q4_1): d = (max - min) / 15 and m = min in fp16, unsigned codes, decoded
