@@ -268,6 +268,18 @@ using Int5G32 = Group<5, signed_max_scale<-16>, -16, 15>;
 // value its code decodes to), so the winner is exactly what decodes.
 constexpr int kMseRatios = 16;
 constexpr float kMseRatioStep = 0.02f;
+// The squared error of block x[0, m) coded on scale d (NaN ignored).
+template <float (*Snap)(float)>
+double block_error(const float* x, std::int64_t m, float d) {
+  double err = 0.0;
+  for (std::int64_t i = 0; i < m; ++i) {
+    if (std::isnan(x[i])) continue;
+    const float q = d == 0.0f ? 0.0f : Snap(x[i] / d);
+    const double e = static_cast<double>(q * d) - static_cast<double>(x[i]);
+    err += e * e;
+  }
+  return err;
+}
 template <int kLo, float (*Snap)(float)>
 float mse_scale(const float* x, std::int64_t m) {
   const float full = signed_max_scale<kLo>(x, m);
@@ -276,13 +288,7 @@ float mse_scale(const float* x, std::int64_t m) {
   for (int k = 0; k < kMseRatios; ++k) {
     const float candidate = full * (1.0f - kMseRatioStep * static_cast<float>(k));
     const float d = fp16_to_f32(f32_to_fp16(clamp(candidate, -kFp16Max, kFp16Max)));
-    double err = 0.0;
-    for (std::int64_t i = 0; i < m; ++i) {
-      if (std::isnan(x[i])) continue;
-      const float q = d == 0.0f ? 0.0f : Snap(x[i] / d);
-      const double e = static_cast<double>(q * d) - static_cast<double>(x[i]);
-      err += e * e;
-    }
+    const double err = block_error<Snap>(x, m, d);
     if (err < best_err) {
       best_err = err;
       best = candidate;
@@ -336,7 +342,33 @@ float snap_level(float y) {
   return T.levels[level_code<K, T>(y)];
 }
 
-template <int kBits, std::int64_t kGroup, const auto& T>
+// nl4_g32_e4m3 / nl4_g16_e4m3's search (formats.h): the E4M3 code of block x[0, m)'s scale over
+// global_scale g, from one step above the nearest to global_scale · m / -127 down to three below,
+// the first smallest squared error winning; 0 when the nearest is 0.
+template <float (*Snap)(float)>
+std::uint8_t e4m3_block_scale(const float* x, std::int64_t m, float g) {
+  constexpr int kAbove = 1, kBelow = 3;
+  const std::uint8_t nearest =
+      f32_to_e4m3(clamp(signed_max_scale<-127>(x, m) * g, -kFp8Max, kFp8Max));
+  const unsigned sign = nearest & 0x80u, em = nearest & 0x7fu;
+  if (em == 0) return 0;
+  std::uint8_t best = nearest;
+  double best_err = std::numeric_limits<double>::infinity();
+  for (int k = kAbove; k >= -kBelow; --k) {
+    const int e = static_cast<int>(em) + k;
+    if (e < 1 || e > 0x7e) continue;  // 0: no scale; 0x7f: NaN
+    const auto code = static_cast<std::uint8_t>(sign | static_cast<unsigned>(e));
+    const double err = block_error<Snap>(x, m, detail::kE4M3Table[code] / g);
+    if (err < best_err) {
+      best_err = err;
+      best = code;
+    }
+  }
+  return best;
+}
+
+// kE4m3: one E4M3 byte per block over the stream's global scale instead of an fp16 scale.
+template <int kBits, std::int64_t kGroup, const auto& T, bool kE4m3 = false>
 struct NonLinear {
   static constexpr std::size_t K = std::size_t{1} << kBits;
   static_assert(T.midpoints.size() + 1 == K);
@@ -369,22 +401,35 @@ struct NonLinear {
     for (std::int64_t i = n; i < code_bytes * 8 / kBits; ++i) put(out, i, T.nan_code);
     for (std::int64_t b0 = 0; b0 < n; b0 += kGroup) {
       const std::int64_t m = std::min<std::int64_t>(kGroup, n - b0);
-      const float rule = mse_scale<-127, snap_level<K, T>>(x + b0, m);
-      const std::uint16_t h = f32_to_fp16(clamp(rule, -kFp16Max, kFp16Max));
-      std::memcpy(out + code_bytes + 2 * (b0 / kGroup), &h, 2);
-      const float d = fp16_to_f32(h);
+      float d;  // what the block's codes decode on, exactly as value() computes it
+      if constexpr (kE4m3) {
+        const std::uint8_t s = e4m3_block_scale<snap_level<K, T>>(x + b0, m, c.global_scale);
+        out[code_bytes + b0 / kGroup] = static_cast<std::byte>(s);
+        d = detail::kE4M3Table[s] / c.global_scale;
+      } else {
+        const float rule = mse_scale<-127, snap_level<K, T>>(x + b0, m);
+        const std::uint16_t h = f32_to_fp16(clamp(rule, -kFp16Max, kFp16Max));
+        std::memcpy(out + code_bytes + 2 * (b0 / kGroup), &h, 2);
+        d = fp16_to_f32(h);
+      }
       for (std::int64_t i = b0; i < b0 + m; ++i)
         put(out, i, d == 0.0f ? T.nan_code : level_code<K, T>(x[i] / d));
     }
   }
+  // The block scale of element i (E4M3: before the global scale).
+  static float block_scale(const std::byte* row, std::int64_t n, std::int64_t i) {
+    const std::int64_t offset = group_scales_offset(kBits, n);
+    if constexpr (kE4m3)
+      return detail::kE4M3Table[static_cast<std::uint8_t>(row[offset + i / kGroup])];
+    else
+      return group_scale(row, offset, i, 2, kGroup);
+  }
   // (L[c] - zp) * d, the SIMD kernels' order (zero_point is 0 here).
   static float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
-    return (T.levels[code(row, i)] - zero_point) *
-           group_scale(row, group_scales_offset(kBits, n), i, 2, kGroup);
+    return (T.levels[code(row, i)] - zero_point) * block_scale(row, n, i);
   }
   static float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
-    return (T.levels[code(row, i)] - c.zero_point) *
-           (group_scale(row, group_scales_offset(kBits, c.n), i, 2, kGroup) / c.global_scale);
+    return (T.levels[code(row, i)] - c.zero_point) * (block_scale(row, c.n, i) / c.global_scale);
   }
 };
 
@@ -445,6 +490,13 @@ float nvfp4_global_scale(const KvFormatTraits&, float amax) {
   return generate_gparam(Tensor::from_f32({1}, std::span<const float>(&a, 1)),
                          Tensor::from_f32({1}, std::span<const float>(&a, 1)))
       .f32()[0];
+}
+
+// nl4_g32_e4m3 / nl4_g16_e4m3: E4M3 block scales whose largest, at the first write's amax times
+// nvfp4's headroom, is 448: global = 448 · 127 / (headroom · amax) (fp32; capped at FLT_MAX).
+float nl4_e4m3_global_scale(const KvFormatTraits&, float amax) {
+  const float g = kFp8Max * 127.0f / (kNvfp4DynamicHeadroom * amax);
+  return std::min(g, std::numeric_limits<float>::max());
 }
 
 // ---- the table, indexed by KvFormat ----------------------------------------------------------
@@ -699,6 +751,35 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = NonLinear<3, 64, kNl3>::quantize,
      .unscaled = NonLinear<3, 64, kNl3>::unscaled,
      .value = NonLinear<3, 64, kNl3>::value},
+    {.format = KvFormat::kNL4G32E4M3,
+     .name = "nl4_g32_e4m3",
+     .aliases = {"nl4_e4m3"},
+     .bits = 4,
+     .block_values = 32,
+     .block_bytes = 17,
+     .head_dim_multiple = 32,
+     .needs_scale = true,
+     .global_scale = true,
+     .code_min = -127.0f,
+     .code_max = 113.0f,
+     .quantize_row = NonLinear<4, 32, kNl4, true>::quantize,
+     .unscaled = NonLinear<4, 32, kNl4, true>::unscaled,
+     .value = NonLinear<4, 32, kNl4, true>::value,
+     .dynamic_param = nl4_e4m3_global_scale},
+    {.format = KvFormat::kNL4G16E4M3,
+     .name = "nl4_g16_e4m3",
+     .bits = 4,
+     .block_values = 16,
+     .block_bytes = 9,
+     .head_dim_multiple = 16,
+     .needs_scale = true,
+     .global_scale = true,
+     .code_min = -127.0f,
+     .code_max = 113.0f,
+     .quantize_row = NonLinear<4, 16, kNl4, true>::quantize,
+     .unscaled = NonLinear<4, 16, kNl4, true>::unscaled,
+     .value = NonLinear<4, 16, kNl4, true>::value,
+     .dynamic_param = nl4_e4m3_global_scale},
 }};
 
 constexpr bool rows_in_enum_order() {

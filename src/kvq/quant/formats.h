@@ -42,10 +42,13 @@
 //         kNl3Levels: 8 bytes of their low two bits (value j at bit 2 (j % 4) of byte j / 4), then
 //         4 bytes of their third bits (bit j % 8 of byte j / 8); then ceil(n/32) / ceil(n/64) fp16
 //         block scales (3.5 / 3.25 bits per value)
-//   All of them are dynamic and need no calibration: each block's scale comes from the row itself
-//   when it is written, so they have no per-stream parameter (KvScales::kNone, like f16). The KV
-//   cache needs head_dim % 32 == 0 for them (KvFormatTraits::head_dim_multiple); the codec itself
-//   pads a partial last block.
+//   nl4_g32_e4m3 / nl4_g16_e4m3  nl4's nibbles, then ceil(n/32) / ceil(n/16) E4M3 block scales
+//         (signed, one byte each; 4.25 / 4.5 bits per value; nl4_g16_e4m3 has nvfp4's layout) over
+//         a per-stream fp32 global scale, as nvfp4's (dynamic: fixed by the first write)
+//   The fp16-scaled group formats are dynamic and need no calibration: each block's scale comes
+//   from the row itself when it is written, so they have no per-stream parameter
+//   (KvScales::kNone, like f16). The KV cache needs head_dim to be a multiple of their block
+//   (KvFormatTraits::head_dim_multiple); the codec itself pads a partial last block.
 //
 // Quantization math is compressed-tensors 0.19.0's `_quantize` in fp32 (see fake_quantize.h):
 //   int:  q = round_half_even(clamp(x / scale + zp, code_min, code_max))
@@ -83,6 +86,15 @@
 //         of level 1 (decodes to d), d == 0 stores it for every value (decodes to 0). The
 //         levels cost nothing at decode (one vpermps, as e2m1) and lower the squared error of
 //         Gaussian blocks by ~15 % against int4_g32_mse, of heavier-tailed ones by ~30 %.
+//   nl4_g32_e4m3 / nl4_g16_e4m3 (nl4 with one-byte block scales, so a block of 32 costs what
+//         nl4_g64's 64 do): element = L[c] · (s / global_scale), s the block's E4M3 scale. The
+//         search scores, largest first, the five E4M3 codes s around the nearest one to
+//         global_scale · m / -127 (one step above it, it, three below: ratios about 1.1 ... 0.75,
+//         as the fp16 search's); same squared error, codes and ties as nl4. A block whose scale
+//         rounds to 0 stores 0 and code 8 everywhere (decodes to 0). The global scale is the
+//         stream's dynamic parameter: 448 · 127 / (kNvfp4DynamicHeadroom · amax) of its first
+//         write, so block scales sit in E4M3's normal range (2^-6 ... 448) for blocks from
+//         amax / 4 down to ~1e-4 · amax. Squared error on Gaussian blocks ~1.03x nl4_g32's.
 //   nl3_g32 / nl3_g64: nl4's rule with kvq's 8 levels (kNl3Levels: -127, -75, -43, -18, 4, 27,
 //         55, 95, a Lloyd-Max codebook for blocks scaled this way; NaN, zero blocks and padding
 //         take level 4, the one nearest 0).
@@ -138,8 +150,10 @@ enum class KvFormat : std::uint8_t {
   kNL4G64,
   kNL3G32,
   kNL3G64,
+  kNL4G32E4M3,
+  kNL4G16E4M3,
 };
-inline constexpr std::size_t kKvFormatCount = 20;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 22;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).

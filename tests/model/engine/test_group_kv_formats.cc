@@ -181,6 +181,95 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
   }
 }
 
+// nl4 with E4M3 block scales over a dynamic global scale per kv head (nvfp4's mechanism): the
+// first write past the sinks fixes each head's global from its amax (kv_dynamic_param), every
+// later row is coded on it. The fake quantization below does the same in the hooks; alone, with
+// a sink, and as a per-layer exception of an fp16-scaled cache (and with one as its own).
+TEST_F(GroupKvFormats, E4m3ScaledFormatsMatchTheirFakeQuantization) {
+  using Layers = std::vector<KvCacheConfig::LayerFormat>;
+  struct Case {
+    KvFormat base;
+    int sinks;
+    Layers layers;
+    const char* label;
+  };
+  const Case cases[] = {
+      {KvFormat::kNL4G32E4M3, 0, {}, "nl4_g32_e4m3:head"},
+      {KvFormat::kNL4G16E4M3, 1, {}, "nl4_g16_e4m3:head+sink1"},
+      {KvFormat::kNL4G32E4M3, 1, Layers{{.first = 1, .last = 2, .format = KvFormat::kINT5G64Mse}},
+       "nl4_g32_e4m3:head+sink1+kv1-2=int5_g64_mse"},
+      {KvFormat::kNL4G64, 1,
+       Layers{{.first = 3, .last = 3, .keys = false, .format = KvFormat::kNL4G16E4M3}},
+       "nl4_g64+sink1+v3=nl4_g16_e4m3:head"},
+  };
+  for (const Case& c : cases) {
+    KvCacheConfig packed = KvCacheConfig::dynamic(c.base, KvScaleGranularity::kHead);
+    packed.sink_tokens = c.sinks;
+    packed.layer_formats = c.layers;
+    for (const auto& lf : c.layers) {
+      if (quant::kv_format_traits(lf.format).needs_scale) {  // as runtime::dynamic_cache does
+        packed.scales = KvScales::kDynamic;
+        packed.granularity = KvScaleGranularity::kHead;
+      }
+    }
+    EXPECT_EQ(packed.label(), c.label);
+    struct Stream {
+      std::int64_t pos = 0;
+      std::vector<float> global;  // [kv heads], NaN until the first write past the sinks
+    };
+    std::vector<Stream> streams(2 * model_->attention_modules().size());
+    std::vector<ScopedHook> hooks;
+    for (AttentionModule* m : model_->attention_modules()) {
+      for (int kv = 0; kv < 2; ++kv) {
+        const std::int64_t layer = m->layer_idx();
+        auto hook = [f = kv == 0 ? packed.k_format(layer) : packed.v_format(layer),
+                     sinks = static_cast<std::int64_t>(c.sinks), kv,
+                     &streams](AttentionModule& mod, StatesView s) {
+          Stream& st = streams[static_cast<std::size_t>(2 * mod.layer_idx() + kv)];
+          if (st.global.empty()) st.global.assign(static_cast<std::size_t>(s.heads), NAN);
+          const bool global = quant::kv_format_traits(f).global_scale;
+          for (std::int64_t h = 0; h < s.heads && global; ++h) {
+            float& g = st.global[static_cast<std::size_t>(h)];
+            float amax = 0.0f;
+            for (std::int64_t t = std::max<std::int64_t>(sinks - st.pos, 0); t < s.tokens; ++t)
+              for (std::int64_t i = 0; i < s.head_dim; ++i)
+                amax = std::max(amax, std::fabs(s.row(0, h, t)[i]));
+            if (std::isnan(g) && amax > 0.0f) g = quant::kv_dynamic_param(f, amax);
+          }
+          std::vector<std::byte> row(std::max(quant::kv_row_bytes(f, s.head_dim),
+                                              quant::kv_row_bytes(KvFormat::kBF16, s.head_dim)));
+          for (std::int64_t t = 0; t < s.tokens; ++t) {
+            const KvFormat rf = st.pos + t < sinks ? KvFormat::kBF16 : f;
+            for (std::int64_t h = 0; h < s.heads; ++h) {
+              const float g = st.global[static_cast<std::size_t>(h)];
+              const float gs = rf == f && global && !std::isnan(g) ? g : 1.0f;
+              float* x = s.row(0, h, t);
+              quant::quantize_row(rf, x, s.head_dim, 1.0f, 0.0f, gs, row.data());
+              quant::dequantize_row(rf, row.data(), s.head_dim, 1.0f, 0.0f, gs, x);
+            }
+          }
+          st.pos += s.tokens;
+        };
+        hooks.emplace_back(kv == 0 ? m->register_key_hook(hook) : m->register_value_hook(hook));
+      }
+    }
+    const std::vector<float> a = run(KvCacheConfig{});
+    hooks.clear();
+    const std::vector<float> b = run(packed);
+    const std::vector<float> plain = run(KvCacheConfig{});
+    ASSERT_EQ(a.size(), b.size());
+    float amax = 0.0f, worst = 0.0f, vs_plain = 0.0f;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b[i])) << c.label << " logit " << i;
+      amax = std::max(amax, std::fabs(a[i]));
+      worst = std::max(worst, std::fabs(a[i] - b[i]));
+      vs_plain = std::max(vs_plain, std::fabs(a[i] - plain[i]));
+    }
+    EXPECT_EQ(worst, 0.0f) << c.label;
+    EXPECT_GT(vs_plain, 1e-3f * amax) << c.label << " did not quantize";
+  }
+}
+
 TEST(GroupKvFormatsTiny, HeadDim16IsRefusedByName) {
   const auto tiny = CausalLM::load(kvq::test::test_data_dir() / "tiny_llama" / "gqa");
   for (KvFormat f : kGroupFormats) {

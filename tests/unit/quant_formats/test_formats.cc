@@ -175,6 +175,16 @@ TEST(KvFormats, DynamicRuleIsCalculateQparams) {
       const Tensor mn = Tensor::from_f32({1}, std::vector<float>{-amax});
       const Tensor mx = Tensor::from_f32({1}, std::vector<float>{amax});
       const float got = kv_dynamic_param(t.format, amax);
+      if (t.global_scale && !t.args.exists) {
+        // nl4 with E4M3 block scales (kvq's rule): headroom · amax's block scale, amax / 127
+        // times the global, is E4M3's largest, 448 (the global capped at FLT_MAX).
+        const float want = 448.0f * 127.0f / (kNvfp4DynamicHeadroom * amax);
+        EXPECT_EQ(got, std::isinf(want) ? std::numeric_limits<float>::max() : want) << t.name;
+        if (std::isfinite(want)) {
+          EXPECT_NEAR(got * kNvfp4DynamicHeadroom * amax / 127.0f, 448.0f, 1e-3f) << t.name;
+        }
+        continue;
+      }
       if (t.global_scale) {
         const float a = kNvfp4DynamicHeadroom * amax;
         const Tensor ta = Tensor::from_f32({1}, std::vector<float>{a});
@@ -643,6 +653,110 @@ TEST(KvFormats, LevelFormatsTiesNanAndZeroBlocks) {
   }
 }
 
+// ---- nl4_g32_e4m3 / nl4_g16_e4m3: nl4's codes, one searched E4M3 block scale over a global ----
+
+// The stored E4M3 scale of one block, written out: the nearest E4M3 code s0 to g * m / -127
+// (clamped to ±448), then s0's magnitude + 1, + 0, -1, -2, -3 (within 1 ... 126, keeping the
+// sign), the first with the smallest squared error when every value takes its nearest level on
+// d = e4m3(s) / g; 0 when s0 is ±0.
+std::uint8_t e4m3_level_block_scale(const std::vector<float>& x, std::int64_t b0, std::int64_t b1,
+                                    float g) {
+  const float m = block_extreme(x, b0, b1).second;
+  const std::uint8_t s0 = f32_to_e4m3(std::clamp(m / -127.0f * g, -448.0f, 448.0f));
+  if ((s0 & 0x7f) == 0) return 0;
+  std::uint8_t want = s0;
+  double best = std::numeric_limits<double>::infinity();
+  for (int k = 1; k >= -3; --k) {
+    const int em = (s0 & 0x7f) + k;
+    if (em < 1 || em > 126) continue;
+    const auto s = static_cast<std::uint8_t>((s0 & 0x80) | em);
+    const float d = e4m3_to_f32(s) / g;
+    double e = 0.0;
+    for (std::int64_t i = b0; i < b1; ++i) {
+      const int c = nearest_level(detail::kNl4Levels, x[i] / d);
+      e += std::pow(static_cast<double>(detail::kNl4Levels[static_cast<std::size_t>(c)] * d) - x[i],
+                    2);
+    }
+    if (e < best) {
+      best = e;
+      want = s;
+    }
+  }
+  return want;
+}
+
+TEST(KvFormats, E4m3LevelFormatsFollowTheirRule) {
+  std::mt19937 rng(36);
+  for (const auto& [format, group] :
+       {std::pair{KvFormat::kNL4G32E4M3, 32}, std::pair{KvFormat::kNL4G16E4M3, 16}}) {
+    const auto name = kv_format_name(format);
+    ASSERT_EQ(kv_row_bytes(format, 128), static_cast<std::size_t>(64 + 128 / group)) << name;
+    const auto& t = kv_format_traits(format);
+    EXPECT_TRUE(t.needs_scale && t.global_scale && !t.supports_zero_point) << name;
+    EXPECT_FLOAT_EQ(kv_dynamic_param(format, 2.0f), 448.0f * 127.0f / 8.0f) << name;
+    for (std::int64_t n : {64, 128, 192}) {
+      for (float spread : {1e-3f, 0.3f, 40.0f}) {
+        const std::vector<float> x = random_row(rng, n, spread);
+        float amax = 0.0f;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        // The stream's global from this row, one from a 100x larger first write, and none.
+        for (float g :
+             {kv_dynamic_param(format, amax), kv_dynamic_param(format, 100 * amax), 1.0f}) {
+          std::vector<std::byte> row(kv_row_bytes(format, n));
+          quantize_row(format, x.data(), n, 1.0f, 0.0f, g, row.data());
+          std::vector<float> got(static_cast<std::size_t>(n));
+          dequantize_row(format, row.data(), n, 1.0f, 0.0f, g, got.data());
+          for (std::int64_t b0 = 0; b0 < n; b0 += group) {
+            const std::uint8_t want = e4m3_level_block_scale(x, b0, b0 + group, g);
+            ASSERT_EQ(static_cast<std::uint8_t>(row[static_cast<std::size_t>(n / 2 + b0 / group)]),
+                      want)
+                << name << " n " << n << " b " << b0 << " g " << g;
+            const float d = e4m3_to_f32(want) / g;
+            for (std::int64_t i = b0; i < b0 + group; ++i) {
+              const int c = d == 0.0f ? 8 : nearest_level(detail::kNl4Levels, x[i] / d);
+              ASSERT_EQ(
+                  static_cast<int>(static_cast<unsigned>(row[static_cast<std::size_t>(i / 2)]) >>
+                                       (4 * (i % 2)) &
+                                   15u),
+                  c)
+                  << name << " i " << i;
+              ASSERT_TRUE(same_value(got[i], detail::kNl4Levels[static_cast<std::size_t>(c)] * d))
+                  << name << " i " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A zero block stores scale 0 and code 8 (decodes to 0); NaN takes code 8 (decodes to d); ±inf
+// saturates the scale at 448 and decodes finite; a block far below the global's range still
+// decodes close to its values through E4M3's subnormals.
+TEST(KvFormats, E4m3LevelFormatsZeroNanInfBlocks) {
+  for (KvFormat f : {KvFormat::kNL4G32E4M3, KvFormat::kNL4G16E4M3}) {
+    const auto name = kv_format_name(f);
+    const std::int64_t group = kv_format_traits(f).block_values;
+    std::vector<float> x(64, 0.0f), got(64);
+    for (std::int64_t i = group; i < 64; ++i) x[static_cast<std::size_t>(i)] = 0.01f * (i % 7 - 3);
+    x[static_cast<std::size_t>(group) + 1] = kNaN;
+    x[63] = kInf;
+    std::vector<std::byte> row(kv_row_bytes(f, 64));
+    const float g = kv_dynamic_param(f, 1.0f);
+    quantize_row(f, x.data(), 64, 1.0f, 0.0f, g, row.data());
+    dequantize_row(f, row.data(), 64, 1.0f, 0.0f, g, got.data());
+    EXPECT_EQ(row[32], std::byte{0}) << name;  // block 0: zeros
+    for (std::int64_t i = 0; i < group; ++i) {
+      EXPECT_EQ(got[static_cast<std::size_t>(i)], 0.0f) << name << i;
+      EXPECT_EQ(row[static_cast<std::size_t>(i / 2)], std::byte{0x88}) << name << i;
+    }
+    const float d = e4m3_to_f32(static_cast<std::uint8_t>(row[33])) / g;
+    EXPECT_EQ(got[static_cast<std::size_t>(group) + 1], d) << name;                // NaN: level 1
+    EXPECT_EQ(static_cast<std::uint8_t>(row[32 + 64 / group - 1]), 0xfe) << name;  // -448
+    for (float v : got) EXPECT_TRUE(std::isfinite(v)) << name;
+  }
+}
+
 // On Gaussian blocks (rotated K / V) the levels beat uniform codes under the same search: nl4
 // against int4_g32_mse (simulated 0.85), nl3 against the 8 uniform levels -127 ... 95.25 (int3
 // codes -4 ... 3 times 127 / 4) through the written-out rule (simulated 0.92).
@@ -651,25 +765,33 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   constexpr std::array<float, 8> kUniform3 = {-127.0f, -95.25f, -63.5f, -31.75f,
                                               0.0f,    31.75f,  63.5f,  95.25f};
-  double nl4 = 0.0, int4 = 0.0, nl3 = 0.0, uniform3 = 0.0;
+  double nl4 = 0.0, int4 = 0.0, nl3 = 0.0, uniform3 = 0.0, e4m3_32 = 0.0, e4m3_16 = 0.0;
   for (int rep = 0; rep < 256; ++rep) {
     std::vector<float> g(32);
     for (float& v : g) v = normal(rng);
     for (const auto& [f, err] :
          {std::pair{KvFormat::kNL4G32, &nl4}, std::pair{KvFormat::kINT4G32Mse, &int4},
-          std::pair{KvFormat::kNL3G32, &nl3}}) {
+          std::pair{KvFormat::kNL3G32, &nl3}, std::pair{KvFormat::kNL4G32E4M3, &e4m3_32},
+          std::pair{KvFormat::kNL4G16E4M3, &e4m3_16}}) {
       std::vector<std::byte> r(kv_row_bytes(f, 32));
       std::vector<float> back(32);
-      quantize_row(f, g.data(), 32, 1.0f, 0.0f, 1.0f, r.data());
-      dequantize_row(f, r.data(), 32, 1.0f, 0.0f, 1.0f, back.data());
+      // E4M3 scales: the global of a first write with amax 4 (a Gaussian row's).
+      const float global = kv_format_traits(f).global_scale ? kv_dynamic_param(f, 4.0f) : 1.0f;
+      quantize_row(f, g.data(), 32, 1.0f, 0.0f, global, r.data());
+      dequantize_row(f, r.data(), 32, 1.0f, 0.0f, global, back.data());
       for (int i = 0; i < 32; ++i) *err += std::pow(static_cast<double>(back[i]) - g[i], 2);
     }
     level_block_scale(kUniform3, g, 0, 32, &uniform3);
   }
-  std::printf("Gaussian blocks, squared error: nl4_g32 / int4_g32_mse %.3f, nl3_g32 / int3 %.3f\n",
-              nl4 / int4, nl3 / uniform3);
+  std::printf(
+      "Gaussian blocks, squared error: nl4_g32 / int4_g32_mse %.3f, nl3_g32 / int3 %.3f, "
+      "nl4_g32_e4m3 / nl4_g32 %.3f, nl4_g16_e4m3 / nl4_g32 %.3f\n",
+      nl4 / int4, nl3 / uniform3, e4m3_32 / nl4, e4m3_16 / nl4);
   EXPECT_LT(nl4, 0.92 * int4) << nl4 << " vs " << int4;
   EXPECT_LT(nl3, 0.95 * uniform3) << nl3 << " vs " << uniform3;
+  // One-byte scales cost nl4_g32 little (simulated 1.03) and buy groups of 16 (simulated 0.84).
+  EXPECT_LT(e4m3_32, 1.08 * nl4) << e4m3_32 << " vs " << nl4;
+  EXPECT_LT(e4m3_16, 0.90 * nl4) << e4m3_16 << " vs " << nl4;
 }
 
 // int4_g32a (q4_1): d = (max - min) / 15 and m = min in fp16, unsigned codes, decoded
@@ -832,7 +954,8 @@ void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
 std::vector<Case> fake_quantize_cases() {
   std::vector<Case> cases;
   for (const auto& t : kv_format_table()) {
-    if (!t.needs_scale) continue;
+    // nl4's E4M3 block scales have no compressed-tensors form: E4m3LevelFormatsFollowTheirRule.
+    if (!t.needs_scale || (t.global_scale && !t.args.exists)) continue;
     for (float shrink : {1.0f, 0.3f, 0.01f}) {
       cases.push_back({t.format, true, shrink});
       if (t.supports_zero_point) cases.push_back({t.format, false, shrink});
@@ -869,7 +992,7 @@ TEST(KvFormats, RoundTripEqualsFakeQuantizeOnTiesAndEdges) {
     if (std::fabs(v) < 100.0f) finite.push_back(v);
   while (finite.size() % 16 != 0) finite.push_back(0.0f);
   for (const auto& t : kv_format_table()) {
-    if (!t.needs_scale) continue;
+    if (!t.needs_scale || (t.global_scale && !t.args.exists)) continue;  // as above
     const KvFormat f = t.format;
     check_against_fake_quantize({f, true, 1.0f}, ties);
     check_against_fake_quantize({f, true, 1.0f}, finite);
