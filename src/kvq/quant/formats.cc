@@ -323,9 +323,16 @@ constexpr LevelTable<K> level_table(const std::array<float, K>& levels) {
       t.nan_code = static_cast<std::uint8_t>(k);
   return t;
 }
+// int5_g32_e4m3: the 32 integers -16 ... 15 as levels (int5 codes q = c - 16).
+constexpr std::array<float, 32> kInt5Levels = [] {
+  std::array<float, 32> l{};
+  for (int c = 0; c < 32; ++c) l[static_cast<std::size_t>(c)] = static_cast<float>(c - 16);
+  return l;
+}();
+constexpr LevelTable<32> kInt5 = level_table(kInt5Levels);
 constexpr LevelTable<16> kNl4 = level_table(detail::kNl4Levels);
 constexpr LevelTable<8> kNl3 = level_table(detail::kNl3Levels);
-static_assert(kNl4.nan_code == 8 && kNl3.nan_code == 4);
+static_assert(kNl4.nan_code == 8 && kNl3.nan_code == 4 && kInt5.nan_code == 16);
 
 // The level nearest y, the lower one on a tie: the number of midpoints below y (NaN: the level
 // nearest 0). Counted without branches: 1.5x faster writes than a binary search, whose branches
@@ -343,13 +350,14 @@ float snap_level(float y) {
 }
 
 // nl4_g32_e4m3 / nl4_g16_e4m3's search (formats.h): the E4M3 code of block x[0, m)'s scale over
-// global_scale g, from one step above the nearest to global_scale · m / -127 down to three below,
-// the first smallest squared error winning; 0 when the nearest is 0.
-template <float (*Snap)(float)>
+// global_scale g, from one step above the nearest to global_scale · m / kLo (kLo: the lowest level,
+// -127 for nl4, -16 for int5) down to three below, the first smallest squared error winning; 0
+// when the nearest is 0.
+template <int kLo, float (*Snap)(float)>
 std::uint8_t e4m3_block_scale(const float* x, std::int64_t m, float g) {
   constexpr int kAbove = 1, kBelow = 3;
   const std::uint8_t nearest =
-      f32_to_e4m3(clamp(signed_max_scale<-127>(x, m) * g, -kFp8Max, kFp8Max));
+      f32_to_e4m3(clamp(signed_max_scale<kLo>(x, m) * g, -kFp8Max, kFp8Max));
   const unsigned sign = nearest & 0x80u, em = nearest & 0x7fu;
   if (em == 0) return 0;
   std::uint8_t best = nearest;
@@ -372,11 +380,22 @@ template <int kBits, std::int64_t kGroup, const auto& T, bool kE4m3 = false>
 struct NonLinear {
   static constexpr std::size_t K = std::size_t{1} << kBits;
   static_assert(T.midpoints.size() + 1 == K);
-  static_assert(T.levels[0] == -127.0f, "the scale search puts the block's extreme on -127");
+  // The scale search puts the block's extreme on the lowest level (-127; int5's -16).
+  static constexpr int kLo = static_cast<int>(T.levels[0]);
+  static_assert(T.levels[0] == static_cast<float>(kLo));
   static void put(std::byte* out, std::int64_t i, unsigned q) {
     if constexpr (kBits == 4) {
       out[i / 2] = (i & 1) ? ((out[i / 2] & std::byte{0x0f}) | static_cast<std::byte>(q << 4))
                            : ((out[i / 2] & std::byte{0xf0}) | static_cast<std::byte>(q));
+    } else if constexpr (kBits == 5) {  // int5's layout: low nibbles, then fifth bits per 32
+      std::byte* block = out + (i / kGroupValues) * kInt5BlockBytes;
+      const std::int64_t j = i % kGroupValues;
+      std::byte& lo = block[j / 2];
+      lo = (j & 1) ? ((lo & std::byte{0x0f}) | static_cast<std::byte>((q & 15u) << 4))
+                   : ((lo & std::byte{0xf0}) | static_cast<std::byte>(q & 15u));
+      std::byte& hi = block[16 + j / 8];
+      const auto bit = static_cast<std::byte>(1u << (j % 8));
+      hi = (q & 16u) ? (hi | bit) : (hi & ~bit);
     } else {
       std::byte* block = out + (i / kGroupValues) * detail::plane_block_bytes(3);
       const std::int64_t j = i % kGroupValues;
@@ -388,10 +407,16 @@ struct NonLinear {
     }
   }
   static std::uint8_t code(const std::byte* row, std::int64_t i) {
-    if constexpr (kBits == 4)
+    if constexpr (kBits == 4) {
       return nibble(row, i);
-    else
+    } else if constexpr (kBits == 5) {
+      const std::byte* block = row + (i / kGroupValues) * kInt5BlockBytes;
+      const std::int64_t j = i % kGroupValues;
+      const unsigned hi = (static_cast<unsigned>(block[16 + j / 8]) >> (j % 8)) & 1u;
+      return static_cast<std::uint8_t>(nibble(block, j) | (hi << 4));
+    } else {
       return detail::code3(row, i);
+    }
   }
   static void quantize(const RowCodec& c, const float* x, std::byte* out) {
     const std::int64_t n = c.n;
@@ -403,11 +428,11 @@ struct NonLinear {
       const std::int64_t m = std::min<std::int64_t>(kGroup, n - b0);
       float d;  // what the block's codes decode on, exactly as value() computes it
       if constexpr (kE4m3) {
-        const std::uint8_t s = e4m3_block_scale<snap_level<K, T>>(x + b0, m, c.global_scale);
+        const std::uint8_t s = e4m3_block_scale<kLo, snap_level<K, T>>(x + b0, m, c.global_scale);
         out[code_bytes + b0 / kGroup] = static_cast<std::byte>(s);
         d = detail::kE4M3Table[s] / c.global_scale;
       } else {
-        const float rule = mse_scale<-127, snap_level<K, T>>(x + b0, m);
+        const float rule = mse_scale<kLo, snap_level<K, T>>(x + b0, m);
         const std::uint16_t h = f32_to_fp16(clamp(rule, -kFp16Max, kFp16Max));
         std::memcpy(out + code_bytes + 2 * (b0 / kGroup), &h, 2);
         d = fp16_to_f32(h);
@@ -492,10 +517,11 @@ float nvfp4_global_scale(const KvFormatTraits&, float amax) {
       .f32()[0];
 }
 
-// nl4_g32_e4m3 / nl4_g16_e4m3: E4M3 block scales whose largest, at the first write's amax times
-// nvfp4's headroom, is 448: global = 448 · 127 / (headroom · amax) (fp32; capped at FLT_MAX).
-float nl4_e4m3_global_scale(const KvFormatTraits&, float amax) {
-  const float g = kFp8Max * 127.0f / (kNvfp4DynamicHeadroom * amax);
+// nl4_g32_e4m3 / nl4_g16_e4m3 / int5_g32_e4m3: E4M3 block scales whose largest, at the first
+// write's amax times nvfp4's headroom, is 448: global = 448 · |lowest level| / (headroom · amax)
+// (fp32; capped at FLT_MAX; the lowest level is code_min: -127, int5's -16).
+float e4m3_global_scale(const KvFormatTraits& t, float amax) {
+  const float g = kFp8Max * -t.code_min / (kNvfp4DynamicHeadroom * amax);
   return std::min(g, std::numeric_limits<float>::max());
 }
 
@@ -765,7 +791,7 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = NonLinear<4, 32, kNl4, true>::quantize,
      .unscaled = NonLinear<4, 32, kNl4, true>::unscaled,
      .value = NonLinear<4, 32, kNl4, true>::value,
-     .dynamic_param = nl4_e4m3_global_scale},
+     .dynamic_param = e4m3_global_scale},
     {.format = KvFormat::kNL4G16E4M3,
      .name = "nl4_g16_e4m3",
      .bits = 4,
@@ -779,7 +805,21 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .quantize_row = NonLinear<4, 16, kNl4, true>::quantize,
      .unscaled = NonLinear<4, 16, kNl4, true>::unscaled,
      .value = NonLinear<4, 16, kNl4, true>::value,
-     .dynamic_param = nl4_e4m3_global_scale},
+     .dynamic_param = e4m3_global_scale},
+    {.format = KvFormat::kINT5G32E4M3,
+     .name = "int5_g32_e4m3",
+     .bits = 5,
+     .block_values = 32,
+     .block_bytes = 21,
+     .head_dim_multiple = 32,
+     .needs_scale = true,
+     .global_scale = true,
+     .code_min = -16.0f,
+     .code_max = 15.0f,
+     .quantize_row = NonLinear<5, 32, kInt5, true>::quantize,
+     .unscaled = NonLinear<5, 32, kInt5, true>::unscaled,
+     .value = NonLinear<5, 32, kInt5, true>::value,
+     .dynamic_param = e4m3_global_scale},
 }};
 
 constexpr bool rows_in_enum_order() {

@@ -45,6 +45,8 @@
 //   nl4_g32_e4m3 / nl4_g16_e4m3  nl4's nibbles, then ceil(n/32) / ceil(n/16) E4M3 block scales
 //         (signed, one byte each; 4.25 / 4.5 bits per value; nl4_g16_e4m3 has nvfp4's layout) over
 //         a per-stream fp32 global scale, as nvfp4's (dynamic: fixed by the first write)
+//   int5_g32_e4m3  int5_g32's codes (q + 16 in nibbles and fifth bits per block of 32), then
+//         ceil(n/32) E4M3 block scales over a global scale (5.25 bits per value)
 //   The fp16-scaled group formats are dynamic and need no calibration: each block's scale comes
 //   from the row itself when it is written, so they have no per-stream parameter
 //   (KvScales::kNone, like f16). The KV cache needs head_dim to be a multiple of their block
@@ -95,6 +97,8 @@
 //         stream's dynamic parameter: 448 · 127 / (kNvfp4DynamicHeadroom · amax) of its first
 //         write, so block scales sit in E4M3's normal range (2^-6 ... 448) for blocks from
 //         amax / 4 down to ~1e-4 · amax. Squared error on Gaussian blocks ~1.03x nl4_g32's.
+//   int5_g32_e4m3: the same rule on the 32 levels -16 ... 15 (the extreme on -16, global
+//         448 · 16 / (headroom · amax); a tie takes the lower level, not int5_g32's half to even).
 //   nl3_g32 / nl3_g64: nl4's rule with kvq's 8 levels (kNl3Levels: -127, -75, -43, -18, 4, 27,
 //         55, 95, a Lloyd-Max codebook for blocks scaled this way; NaN, zero blocks and padding
 //         take level 4, the one nearest 0).
@@ -152,8 +156,9 @@ enum class KvFormat : std::uint8_t {
   kNL3G64,
   kNL4G32E4M3,
   kNL4G16E4M3,
+  kINT5G32E4M3,
 };
-inline constexpr std::size_t kKvFormatCount = 22;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 23;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).

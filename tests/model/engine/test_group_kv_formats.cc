@@ -181,10 +181,11 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
   }
 }
 
-// nl4 with E4M3 block scales over a dynamic global scale per kv head (nvfp4's mechanism): the
-// first write past the sinks fixes each head's global from its amax (kv_dynamic_param), every
-// later row is coded on it. The fake quantization below does the same in the hooks; alone, with
-// a sink, and as a per-layer exception of an fp16-scaled cache (and with one as its own).
+// nl4 / int5 codes with E4M3 block scales over a dynamic global scale per kv head (nvfp4's
+// mechanism): the first write past the sinks fixes each head's global from its amax
+// (kv_dynamic_param), every later row is coded on it. The fake quantization below does the same in
+// the hooks; alone, with a sink, and as a per-layer exception of an fp16-scaled cache (and with one
+// as its own).
 TEST_F(GroupKvFormats, E4m3ScaledFormatsMatchTheirFakeQuantization) {
   using Layers = std::vector<KvCacheConfig::LayerFormat>;
   struct Case {
@@ -196,8 +197,8 @@ TEST_F(GroupKvFormats, E4m3ScaledFormatsMatchTheirFakeQuantization) {
   const Case cases[] = {
       {KvFormat::kNL4G32E4M3, 0, {}, "nl4_g32_e4m3:head"},
       {KvFormat::kNL4G16E4M3, 1, {}, "nl4_g16_e4m3:head+sink1"},
-      {KvFormat::kNL4G32E4M3, 1, Layers{{.first = 1, .last = 2, .format = KvFormat::kINT5G64Mse}},
-       "nl4_g32_e4m3:head+sink1+kv1-2=int5_g64_mse"},
+      {KvFormat::kNL4G32E4M3, 1, Layers{{.first = 1, .last = 2, .format = KvFormat::kINT5G32E4M3}},
+       "nl4_g32_e4m3:head+sink1+kv1-2=int5_g32_e4m3:head"},
       {KvFormat::kNL4G64, 1,
        Layers{{.first = 3, .last = 3, .keys = false, .format = KvFormat::kNL4G16E4M3}},
        "nl4_g64+sink1+v3=nl4_g16_e4m3:head"},

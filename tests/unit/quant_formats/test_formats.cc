@@ -176,12 +176,13 @@ TEST(KvFormats, DynamicRuleIsCalculateQparams) {
       const Tensor mx = Tensor::from_f32({1}, std::vector<float>{amax});
       const float got = kv_dynamic_param(t.format, amax);
       if (t.global_scale && !t.args.exists) {
-        // nl4 with E4M3 block scales (kvq's rule): headroom · amax's block scale, amax / 127
-        // times the global, is E4M3's largest, 448 (the global capped at FLT_MAX).
-        const float want = 448.0f * 127.0f / (kNvfp4DynamicHeadroom * amax);
+        // E4M3 block scales (kvq's rule): headroom · amax's block scale, amax over the lowest
+        // level times the global, is E4M3's largest, 448 (the global capped at FLT_MAX).
+        const float lo = -t.code_min;  // 127 for nl4, 16 for int5
+        const float want = 448.0f * lo / (kNvfp4DynamicHeadroom * amax);
         EXPECT_EQ(got, std::isinf(want) ? std::numeric_limits<float>::max() : want) << t.name;
         if (std::isfinite(want)) {
-          EXPECT_NEAR(got * kNvfp4DynamicHeadroom * amax / 127.0f, 448.0f, 1e-3f) << t.name;
+          EXPECT_NEAR(got * kNvfp4DynamicHeadroom * amax / lo, 448.0f, 1e-3f) << t.name;
         }
         continue;
       }
@@ -653,16 +654,22 @@ TEST(KvFormats, LevelFormatsTiesNanAndZeroBlocks) {
   }
 }
 
-// ---- nl4_g32_e4m3 / nl4_g16_e4m3: nl4's codes, one searched E4M3 block scale over a global ----
+// ---- nl4_g32_e4m3 / nl4_g16_e4m3 / int5_g32_e4m3: one searched E4M3 block scale over a global -
 
-// The stored E4M3 scale of one block, written out: the nearest E4M3 code s0 to g * m / -127
+constexpr std::array<float, 32> kInt5Levels = [] {
+  std::array<float, 32> l{};
+  for (int c = 0; c < 32; ++c) l[static_cast<std::size_t>(c)] = static_cast<float>(c - 16);
+  return l;
+}();
+
+// The stored E4M3 scale of one block, written out: the nearest E4M3 code s0 to g * m / L[0]
 // (clamped to ±448), then s0's magnitude + 1, + 0, -1, -2, -3 (within 1 ... 126, keeping the
 // sign), the first with the smallest squared error when every value takes its nearest level on
 // d = e4m3(s) / g; 0 when s0 is ±0.
-std::uint8_t e4m3_level_block_scale(const std::vector<float>& x, std::int64_t b0, std::int64_t b1,
-                                    float g) {
+std::uint8_t e4m3_level_block_scale(std::span<const float> levels, const std::vector<float>& x,
+                                    std::int64_t b0, std::int64_t b1, float g) {
   const float m = block_extreme(x, b0, b1).second;
-  const std::uint8_t s0 = f32_to_e4m3(std::clamp(m / -127.0f * g, -448.0f, 448.0f));
+  const std::uint8_t s0 = f32_to_e4m3(std::clamp(m / levels[0] * g, -448.0f, 448.0f));
   if ((s0 & 0x7f) == 0) return 0;
   std::uint8_t want = s0;
   double best = std::numeric_limits<double>::infinity();
@@ -673,9 +680,8 @@ std::uint8_t e4m3_level_block_scale(const std::vector<float>& x, std::int64_t b0
     const float d = e4m3_to_f32(s) / g;
     double e = 0.0;
     for (std::int64_t i = b0; i < b1; ++i) {
-      const int c = nearest_level(detail::kNl4Levels, x[i] / d);
-      e += std::pow(static_cast<double>(detail::kNl4Levels[static_cast<std::size_t>(c)] * d) - x[i],
-                    2);
+      const int c = nearest_level(levels, x[i] / d);
+      e += std::pow(static_cast<double>(levels[static_cast<std::size_t>(c)] * d) - x[i], 2);
     }
     if (e < best) {
       best = e;
@@ -685,15 +691,37 @@ std::uint8_t e4m3_level_block_scale(const std::vector<float>& x, std::int64_t b0
   return want;
 }
 
-TEST(KvFormats, E4m3LevelFormatsFollowTheirRule) {
+struct E4m3Format {
+  KvFormat format;
+  int bits, group;
+  std::span<const float> levels;
+};
+constexpr E4m3Format kE4m3Formats[] = {{KvFormat::kNL4G32E4M3, 4, 32, detail::kNl4Levels},
+                                       {KvFormat::kNL4G16E4M3, 4, 16, detail::kNl4Levels},
+                                       {KvFormat::kINT5G32E4M3, 5, 32, kInt5Levels}};
+
+// Code i of a row, written out: nibbles in int4 order; 5 bits as int5_g32's (per block of 32, 16
+// bytes of low nibbles, then bit j % 8 of byte 16 + j / 8).
+int e4m3_code_at(const E4m3Format& f, const std::vector<std::byte>& row, std::int64_t i) {
+  const auto byte = [&](std::int64_t k) {
+    return static_cast<unsigned>(row[static_cast<std::size_t>(k)]);
+  };
+  if (f.bits == 4) return static_cast<int>(byte(i / 2) >> (4 * (i % 2)) & 15u);
+  const std::int64_t block = i / 32 * 20, j = i % 32;
+  return static_cast<int>((byte(block + j / 2) >> (4 * (j % 2)) & 15u) |
+                          (byte(block + 16 + j / 8) >> (j % 8) & 1u) << 4);
+}
+
+TEST(KvFormats, E4m3ScaledFormatsFollowTheirRule) {
   std::mt19937 rng(36);
-  for (const auto& [format, group] :
-       {std::pair{KvFormat::kNL4G32E4M3, 32}, std::pair{KvFormat::kNL4G16E4M3, 16}}) {
-    const auto name = kv_format_name(format);
-    ASSERT_EQ(kv_row_bytes(format, 128), static_cast<std::size_t>(64 + 128 / group)) << name;
-    const auto& t = kv_format_traits(format);
+  for (const E4m3Format& f : kE4m3Formats) {
+    const auto name = kv_format_name(f.format);
+    const std::int64_t codes = 128 * f.bits / 8;
+    ASSERT_EQ(kv_row_bytes(f.format, 128), static_cast<std::size_t>(codes + 128 / f.group)) << name;
+    const auto& t = kv_format_traits(f.format);
     EXPECT_TRUE(t.needs_scale && t.global_scale && !t.supports_zero_point) << name;
-    EXPECT_FLOAT_EQ(kv_dynamic_param(format, 2.0f), 448.0f * 127.0f / 8.0f) << name;
+    EXPECT_FLOAT_EQ(kv_dynamic_param(f.format, 2.0f), 448.0f * -f.levels[0] / 8.0f) << name;
+    const int zero_code = nearest_level(f.levels, 0.0f);
     for (std::int64_t n : {64, 128, 192}) {
       for (float spread : {1e-3f, 0.3f, 40.0f}) {
         const std::vector<float> x = random_row(rng, n, spread);
@@ -701,26 +729,23 @@ TEST(KvFormats, E4m3LevelFormatsFollowTheirRule) {
         for (float v : x) amax = std::max(amax, std::fabs(v));
         // The stream's global from this row, one from a 100x larger first write, and none.
         for (float g :
-             {kv_dynamic_param(format, amax), kv_dynamic_param(format, 100 * amax), 1.0f}) {
-          std::vector<std::byte> row(kv_row_bytes(format, n));
-          quantize_row(format, x.data(), n, 1.0f, 0.0f, g, row.data());
+             {kv_dynamic_param(f.format, amax), kv_dynamic_param(f.format, 100 * amax), 1.0f}) {
+          std::vector<std::byte> row(kv_row_bytes(f.format, n));
+          quantize_row(f.format, x.data(), n, 1.0f, 0.0f, g, row.data());
           std::vector<float> got(static_cast<std::size_t>(n));
-          dequantize_row(format, row.data(), n, 1.0f, 0.0f, g, got.data());
-          for (std::int64_t b0 = 0; b0 < n; b0 += group) {
-            const std::uint8_t want = e4m3_level_block_scale(x, b0, b0 + group, g);
-            ASSERT_EQ(static_cast<std::uint8_t>(row[static_cast<std::size_t>(n / 2 + b0 / group)]),
-                      want)
+          dequantize_row(f.format, row.data(), n, 1.0f, 0.0f, g, got.data());
+          const std::int64_t scales = n * f.bits / 8;
+          for (std::int64_t b0 = 0; b0 < n; b0 += f.group) {
+            const std::uint8_t want = e4m3_level_block_scale(f.levels, x, b0, b0 + f.group, g);
+            ASSERT_EQ(
+                static_cast<std::uint8_t>(row[static_cast<std::size_t>(scales + b0 / f.group)]),
+                want)
                 << name << " n " << n << " b " << b0 << " g " << g;
             const float d = e4m3_to_f32(want) / g;
-            for (std::int64_t i = b0; i < b0 + group; ++i) {
-              const int c = d == 0.0f ? 8 : nearest_level(detail::kNl4Levels, x[i] / d);
-              ASSERT_EQ(
-                  static_cast<int>(static_cast<unsigned>(row[static_cast<std::size_t>(i / 2)]) >>
-                                       (4 * (i % 2)) &
-                                   15u),
-                  c)
-                  << name << " i " << i;
-              ASSERT_TRUE(same_value(got[i], detail::kNl4Levels[static_cast<std::size_t>(c)] * d))
+            for (std::int64_t i = b0; i < b0 + f.group; ++i) {
+              const int c = d == 0.0f ? zero_code : nearest_level(f.levels, x[i] / d);
+              ASSERT_EQ(e4m3_code_at(f, row, i), c) << name << " i " << i;
+              ASSERT_TRUE(same_value(got[i], f.levels[static_cast<std::size_t>(c)] * d))
                   << name << " i " << i;
             }
           }
@@ -733,7 +758,7 @@ TEST(KvFormats, E4m3LevelFormatsFollowTheirRule) {
 // A zero block stores scale 0 and code 8 (decodes to 0); NaN takes code 8 (decodes to d); ±inf
 // saturates the scale at 448 and decodes finite; a block far below the global's range still
 // decodes close to its values through E4M3's subnormals.
-TEST(KvFormats, E4m3LevelFormatsZeroNanInfBlocks) {
+TEST(KvFormats, E4m3ScaledNl4FormatsZeroNanInfBlocks) {
   for (KvFormat f : {KvFormat::kNL4G32E4M3, KvFormat::kNL4G16E4M3}) {
     const auto name = kv_format_name(f);
     const std::int64_t group = kv_format_traits(f).block_values;
@@ -954,7 +979,8 @@ void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
 std::vector<Case> fake_quantize_cases() {
   std::vector<Case> cases;
   for (const auto& t : kv_format_table()) {
-    // nl4's E4M3 block scales have no compressed-tensors form: E4m3LevelFormatsFollowTheirRule.
+    // E4M3 block scales over levels have no compressed-tensors form:
+    // E4m3ScaledFormatsFollowTheirRule.
     if (!t.needs_scale || (t.global_scale && !t.args.exists)) continue;
     for (float shrink : {1.0f, 0.3f, 0.01f}) {
       cases.push_back({t.format, true, shrink});
