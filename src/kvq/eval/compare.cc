@@ -152,6 +152,23 @@ const std::vector<SchemeDef>& builtin_schemes() {
        "nl4_g64+sink1+k1-3=int5_g64_mse+k9-11=int5_g64_mse+k13=int5_g64_mse+k17-20=int5_g64_"
        "mse+k22-23=int5_g64_mse+v1=int5_g64_mse+v3=int5_g64_mse",
        false, false},
+      // One-byte E4M3 block scales over a per-head global (nvfp4's mechanism): iq4_nl's levels
+      // with a searched scale per 16 values at nvfp4's 4.5 bits, and kvq allocate's 4.5-bit plan
+      // over the ladder nl4_g32_e4m3 (4.25) -> nl4_g16_e4m3 (4.5) -> int5_g32_e4m3 (5.25),
+      // scanned on WikiText-2 test's first 200,000 characters (docs/results.md). Run by name.
+      {"KV-NL4-Group16-E4M3+R3+KS+Sink1",
+       "nl4_g16_e4m3 K/V (iq4_nl levels, searched E4M3 scale per 16 values; 4.5 bits), R2 + R3, "
+       "key smoothing, first token in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"), "nl4_g16_e4m3+sink1", false, false},
+      {"KV-NL4-E4M3-Alloc+R3+KS+Sink1",
+       "kvq allocate's 4.5-bit plan: 12 K and 2 V tensors in int5_g32_e4m3, 4 K in nl4_g16_e4m3, "
+       "the other 14 K and 28 V in nl4_g32_e4m3; R2 + R3, key smoothing, first token in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"),
+       "nl4_g16_e4m3+sink1+k1-5=int5_g32_e4m3+k9=int5_g32_e4m3+k11=int5_g32_e4m3+k13=int5_g32_"
+       "e4m3+k18-20=int5_g32_e4m3+k23=int5_g32_e4m3+v1=int5_g32_e4m3+v3=int5_g32_e4m3+k0=nl4_g32_"
+       "e4m3+k6-7=nl4_g32_e4m3+k12=nl4_g32_e4m3+k14-15=nl4_g32_e4m3+k17=nl4_g32_e4m3+k21-22=nl4_"
+       "g32_e4m3+k25-29=nl4_g32_e4m3+v0=nl4_g32_e4m3+v2=nl4_g32_e4m3+v4-29=nl4_g32_e4m3",
+       false, false},
       // 3 bits: kvq's 8 non-uniform levels (nl3_g32: 3.5 bits per value). Run by name.
       {"KV-NL3-Group32+R3+KS+Sink1",
        "nl3_g32 K/V (8 Lloyd-Max levels, searched scales; 3.5 bits), R2 + R3, key smoothing, "
