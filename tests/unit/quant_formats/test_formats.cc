@@ -572,12 +572,19 @@ constexpr LevelFormat kLevelFormats[] = {{KvFormat::kNL4G32, 4, 32, detail::kNl4
                                          {KvFormat::kNL3G64, 3, 64, detail::kNl3Levels}};
 
 // Code i of a row, written out: nl4 nibbles in int4 order; nl3 per block of 32 values the low
-// two bits of value j at bit 2 (j % 4) of byte j / 4, its third bit at bit j % 8 of byte 8 + j / 8.
+// two bits of value j at bit 2 (j % 4) of byte j / 4, its third bit at bit j % 8 of byte 8 + j / 8;
+// 5 bits as int5_g32's (per block of 32, 16 bytes of low nibbles, then bit j % 8 of byte
+// 16 + j / 8).
 int level_code_at(const LevelFormat& f, const std::vector<std::byte>& row, std::int64_t i) {
   const auto byte = [&](std::int64_t k) {
     return static_cast<unsigned>(row[static_cast<std::size_t>(k)]);
   };
   if (f.bits == 4) return static_cast<int>(byte(i / 2) >> (4 * (i % 2)) & 15u);
+  if (f.bits == 5) {
+    const std::int64_t block = i / 32 * 20, j = i % 32;
+    return static_cast<int>((byte(block + j / 2) >> (4 * (j % 2)) & 15u) |
+                            (byte(block + 16 + j / 8) >> (j % 8) & 1u) << 4);
+  }
   const std::int64_t block = i / 32 * 12, j = i % 32;
   return static_cast<int>((byte(block + j / 4) >> (2 * (j % 4)) & 3u) |
                           (byte(block + 8 + j / 8) >> (j % 8) & 1u) << 2);
@@ -691,30 +698,13 @@ std::uint8_t e4m3_level_block_scale(std::span<const float> levels, const std::ve
   return want;
 }
 
-struct E4m3Format {
-  KvFormat format;
-  int bits, group;
-  std::span<const float> levels;
-};
-constexpr E4m3Format kE4m3Formats[] = {{KvFormat::kNL4G32E4M3, 4, 32, detail::kNl4Levels},
-                                       {KvFormat::kNL4G16E4M3, 4, 16, detail::kNl4Levels},
-                                       {KvFormat::kINT5G32E4M3, 5, 32, kInt5Levels}};
-
-// Code i of a row, written out: nibbles in int4 order; 5 bits as int5_g32's (per block of 32, 16
-// bytes of low nibbles, then bit j % 8 of byte 16 + j / 8).
-int e4m3_code_at(const E4m3Format& f, const std::vector<std::byte>& row, std::int64_t i) {
-  const auto byte = [&](std::int64_t k) {
-    return static_cast<unsigned>(row[static_cast<std::size_t>(k)]);
-  };
-  if (f.bits == 4) return static_cast<int>(byte(i / 2) >> (4 * (i % 2)) & 15u);
-  const std::int64_t block = i / 32 * 20, j = i % 32;
-  return static_cast<int>((byte(block + j / 2) >> (4 * (j % 2)) & 15u) |
-                          (byte(block + 16 + j / 8) >> (j % 8) & 1u) << 4);
-}
+constexpr LevelFormat kE4m3Formats[] = {{KvFormat::kNL4G32E4M3, 4, 32, detail::kNl4Levels},
+                                        {KvFormat::kNL4G16E4M3, 4, 16, detail::kNl4Levels},
+                                        {KvFormat::kINT5G32E4M3, 5, 32, kInt5Levels}};
 
 TEST(KvFormats, E4m3ScaledFormatsFollowTheirRule) {
   std::mt19937 rng(36);
-  for (const E4m3Format& f : kE4m3Formats) {
+  for (const LevelFormat& f : kE4m3Formats) {
     const auto name = kv_format_name(f.format);
     const std::int64_t codes = 128 * f.bits / 8;
     ASSERT_EQ(kv_row_bytes(f.format, 128), static_cast<std::size_t>(codes + 128 / f.group)) << name;
@@ -744,7 +734,7 @@ TEST(KvFormats, E4m3ScaledFormatsFollowTheirRule) {
             const float d = e4m3_to_f32(want) / g;
             for (std::int64_t i = b0; i < b0 + f.group; ++i) {
               const int c = d == 0.0f ? zero_code : nearest_level(f.levels, x[i] / d);
-              ASSERT_EQ(e4m3_code_at(f, row, i), c) << name << " i " << i;
+              ASSERT_EQ(level_code_at(f, row, i), c) << name << " i " << i;
               ASSERT_TRUE(same_value(got[i], f.levels[static_cast<std::size_t>(c)] * d))
                   << name << " i " << i;
             }
