@@ -349,7 +349,7 @@ float snap_level(float y) {
   return T.levels[level_code<K, T>(y)];
 }
 
-// nl4_g32_e4m3 / nl4_g16_e4m3's search (formats.h): the E4M3 code of block x[0, m)'s scale over
+// The E4M3-scaled formats' search (formats.h): the E4M3 code of block x[0, m)'s scale over
 // global_scale g, from one step above the nearest to global_scale · m / kLo (kLo: the lowest level,
 // -127 for nl4, -16 for int5) down to three below, the first smallest squared error winning; 0
 // when the nearest is 0.
