@@ -349,24 +349,45 @@ float snap_level(float y) {
   return T.levels[level_code<K, T>(y)];
 }
 
-// The E4M3-scaled formats' search (formats.h): the E4M3 code of block x[0, m)'s scale over
-// global_scale g, from one step above the nearest to global_scale · m / kLo (kLo: the lowest level,
-// -127 for nl4, -16 for int5) down to three below, the first smallest squared error winning; 0
-// when the nearest is 0.
-template <int kLo, float (*Snap)(float)>
-std::uint8_t e4m3_block_scale(const float* x, std::int64_t m, float g) {
-  constexpr int kAbove = 1, kBelow = 3;
-  const std::uint8_t nearest =
-      f32_to_e4m3(clamp(signed_max_scale<kLo>(x, m) * g, -kFp8Max, kFp8Max));
+// The byte-scaled formats' search (formats.h): the byte of block x[0, m)'s scale over global
+// scale g, from one step above the code nearest to g · m / kLo (kLo: the lowest level, -127 for
+// nl4, -16 for int5) down to kBelow below it, the first smallest squared error winning; 0 when
+// the nearest is 0. Both bytes are a sign bit over a magnitude that grows with its code (E4M3:
+// 0x7f is NaN; the log scale: 16 steps per octave), so a step is one code.
+enum class BlockScale { kFp16, kE4m3, kLog };
+template <BlockScale kKind>
+struct ByteScaleRule {
+  static constexpr const std::array<float, 256>& kTable =
+      kKind == BlockScale::kE4m3 ? detail::kE4M3Table : detail::kLogScaleTable;
+  static constexpr int kBelow = kKind == BlockScale::kE4m3 ? 3 : 6;  // both about ratio 0.75
+  static constexpr unsigned kMaxMagnitude = kKind == BlockScale::kE4m3 ? 0x7e : 0x7f;
+  // The nearest code to s (E4M3: round to nearest even, saturating at ±448; the log scale:
+  // the nearest step, clamped to [1, 127], so only s = 0 gives 0).
+  static std::uint8_t nearest(float s) {
+    if constexpr (kKind == BlockScale::kE4m3) {
+      return f32_to_e4m3(clamp(s, -kFp8Max, kFp8Max));
+    } else {
+      if (s == 0.0f) return 0;
+      const float t = static_cast<float>(detail::kLogScaleStepsPerOctave) * std::log2(std::fabs(s));
+      const int e = t >= 0.0f ? 127 : t <= -126.0f ? 1 : 127 + static_cast<int>(std::nearbyint(t));
+      return static_cast<std::uint8_t>((s < 0.0f ? 0x80u : 0u) | static_cast<unsigned>(e));
+    }
+  }
+};
+template <BlockScale kKind, int kLo, float (*Snap)(float)>
+std::uint8_t byte_block_scale(const float* x, std::int64_t m, float g) {
+  using Rule = ByteScaleRule<kKind>;
+  constexpr int kAbove = 1;
+  const std::uint8_t nearest = Rule::nearest(signed_max_scale<kLo>(x, m) * g);
   const unsigned sign = nearest & 0x80u, em = nearest & 0x7fu;
   if (em == 0) return 0;
   std::uint8_t best = nearest;
   double best_err = std::numeric_limits<double>::infinity();
-  for (int k = kAbove; k >= -kBelow; --k) {
+  for (int k = kAbove; k >= -Rule::kBelow; --k) {
     const int e = static_cast<int>(em) + k;
-    if (e < 1 || e > 0x7e) continue;  // 0: no scale; 0x7f: NaN
+    if (e < 1 || e > static_cast<int>(Rule::kMaxMagnitude)) continue;  // 0: no scale
     const auto code = static_cast<std::uint8_t>(sign | static_cast<unsigned>(e));
-    const double err = block_error<Snap>(x, m, detail::kE4M3Table[code] / g);
+    const double err = block_error<Snap>(x, m, Rule::kTable[code] / g);
     if (err < best_err) {
       best_err = err;
       best = code;
@@ -375,8 +396,9 @@ std::uint8_t e4m3_block_scale(const float* x, std::int64_t m, float g) {
   return best;
 }
 
-// kE4m3: one E4M3 byte per block over the stream's global scale instead of an fp16 scale.
-template <int kBits, std::int64_t kGroup, const auto& T, bool kE4m3 = false>
+// kScale: one fp16 scale per block, or one byte (E4M3 or the log scale) over the stream's global
+// scale.
+template <int kBits, std::int64_t kGroup, const auto& T, BlockScale kScale = BlockScale::kFp16>
 struct NonLinear {
   static constexpr std::size_t K = std::size_t{1} << kBits;
   static_assert(T.midpoints.size() + 1 == K);
@@ -427,10 +449,11 @@ struct NonLinear {
     for (std::int64_t b0 = 0; b0 < n; b0 += kGroup) {
       const std::int64_t m = std::min<std::int64_t>(kGroup, n - b0);
       float d;  // what the block's codes decode on, exactly as value() computes it
-      if constexpr (kE4m3) {
-        const std::uint8_t s = e4m3_block_scale<kLo, snap_level<K, T>>(x + b0, m, c.global_scale);
+      if constexpr (kScale != BlockScale::kFp16) {
+        const std::uint8_t s =
+            byte_block_scale<kScale, kLo, snap_level<K, T>>(x + b0, m, c.global_scale);
         out[code_bytes + b0 / kGroup] = static_cast<std::byte>(s);
-        d = detail::kE4M3Table[s] / c.global_scale;
+        d = ByteScaleRule<kScale>::kTable[s] / c.global_scale;
       } else {
         const float rule = mse_scale<kLo, snap_level<K, T>>(x + b0, m);
         const std::uint16_t h = f32_to_fp16(clamp(rule, -kFp16Max, kFp16Max));
@@ -441,11 +464,11 @@ struct NonLinear {
         put(out, i, d == 0.0f ? T.nan_code : level_code<K, T>(x[i] / d));
     }
   }
-  // The block scale of element i (E4M3: before the global scale).
+  // The block scale of element i (a byte scale: before the global scale).
   static float block_scale(const std::byte* row, std::int64_t n, std::int64_t i) {
     const std::int64_t offset = group_scales_offset(kBits, n);
-    if constexpr (kE4m3)
-      return detail::kE4M3Table[static_cast<std::uint8_t>(row[offset + i / kGroup])];
+    if constexpr (kScale != BlockScale::kFp16)
+      return ByteScaleRule<kScale>::kTable[static_cast<std::uint8_t>(row[offset + i / kGroup])];
     else
       return group_scale(row, offset, i, 2, kGroup);
   }
@@ -517,13 +540,17 @@ float nvfp4_global_scale(const KvFormatTraits&, float amax) {
       .f32()[0];
 }
 
-// nl4_g32_e4m3 / nl4_g16_e4m3 / int5_g32_e4m3: E4M3 block scales whose largest, at the first
-// write's amax times nvfp4's headroom, is 448: global = 448 · |lowest level| / (headroom · amax)
-// (fp32; capped at FLT_MAX; the lowest level is code_min: -127, int5's -16).
-float e4m3_global_scale(const KvFormatTraits& t, float amax) {
-  const float g = kFp8Max * -t.code_min / (kNvfp4DynamicHeadroom * amax);
+// The byte-scaled formats: block scales whose largest, at the first write's amax times nvfp4's
+// headroom, is the byte's largest, kTop (E4M3: 448; the log scale: 1):
+// global = kTop · |lowest level| / (headroom · amax) (fp32; capped at FLT_MAX; the lowest level
+// is code_min: -127, int5's -16).
+template <float kTop>
+float byte_scale_global(const KvFormatTraits& t, float amax) {
+  const float g = kTop * -t.code_min / (kNvfp4DynamicHeadroom * amax);
   return std::min(g, std::numeric_limits<float>::max());
 }
+constexpr auto e4m3_global_scale = byte_scale_global<kFp8Max>;
+constexpr auto log_scale_global = byte_scale_global<1.0f>;
 
 // ---- the table, indexed by KvFormat ----------------------------------------------------------
 
@@ -788,9 +815,9 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .global_scale = true,
      .code_min = -127.0f,
      .code_max = 113.0f,
-     .quantize_row = NonLinear<4, 32, kNl4, true>::quantize,
-     .unscaled = NonLinear<4, 32, kNl4, true>::unscaled,
-     .value = NonLinear<4, 32, kNl4, true>::value,
+     .quantize_row = NonLinear<4, 32, kNl4, BlockScale::kE4m3>::quantize,
+     .unscaled = NonLinear<4, 32, kNl4, BlockScale::kE4m3>::unscaled,
+     .value = NonLinear<4, 32, kNl4, BlockScale::kE4m3>::value,
      .dynamic_param = e4m3_global_scale},
     {.format = KvFormat::kNL4G16E4M3,
      .name = "nl4_g16_e4m3",
@@ -802,9 +829,9 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .global_scale = true,
      .code_min = -127.0f,
      .code_max = 113.0f,
-     .quantize_row = NonLinear<4, 16, kNl4, true>::quantize,
-     .unscaled = NonLinear<4, 16, kNl4, true>::unscaled,
-     .value = NonLinear<4, 16, kNl4, true>::value,
+     .quantize_row = NonLinear<4, 16, kNl4, BlockScale::kE4m3>::quantize,
+     .unscaled = NonLinear<4, 16, kNl4, BlockScale::kE4m3>::unscaled,
+     .value = NonLinear<4, 16, kNl4, BlockScale::kE4m3>::value,
      .dynamic_param = e4m3_global_scale},
     {.format = KvFormat::kINT5G32E4M3,
      .name = "int5_g32_e4m3",
@@ -816,10 +843,53 @@ constexpr std::array<KvFormatTraits, kKvFormatCount> kTable{{
      .global_scale = true,
      .code_min = -16.0f,
      .code_max = 15.0f,
-     .quantize_row = NonLinear<5, 32, kInt5, true>::quantize,
-     .unscaled = NonLinear<5, 32, kInt5, true>::unscaled,
-     .value = NonLinear<5, 32, kInt5, true>::value,
+     .quantize_row = NonLinear<5, 32, kInt5, BlockScale::kE4m3>::quantize,
+     .unscaled = NonLinear<5, 32, kInt5, BlockScale::kE4m3>::unscaled,
+     .value = NonLinear<5, 32, kInt5, BlockScale::kE4m3>::value,
      .dynamic_param = e4m3_global_scale},
+    {.format = KvFormat::kNL4G32Log,
+     .name = "nl4_g32_log",
+     .aliases = {"nl4_log"},
+     .bits = 4,
+     .block_values = 32,
+     .block_bytes = 17,
+     .head_dim_multiple = 32,
+     .needs_scale = true,
+     .global_scale = true,
+     .code_min = -127.0f,
+     .code_max = 113.0f,
+     .quantize_row = NonLinear<4, 32, kNl4, BlockScale::kLog>::quantize,
+     .unscaled = NonLinear<4, 32, kNl4, BlockScale::kLog>::unscaled,
+     .value = NonLinear<4, 32, kNl4, BlockScale::kLog>::value,
+     .dynamic_param = log_scale_global},
+    {.format = KvFormat::kNL4G16Log,
+     .name = "nl4_g16_log",
+     .bits = 4,
+     .block_values = 16,
+     .block_bytes = 9,
+     .head_dim_multiple = 16,
+     .needs_scale = true,
+     .global_scale = true,
+     .code_min = -127.0f,
+     .code_max = 113.0f,
+     .quantize_row = NonLinear<4, 16, kNl4, BlockScale::kLog>::quantize,
+     .unscaled = NonLinear<4, 16, kNl4, BlockScale::kLog>::unscaled,
+     .value = NonLinear<4, 16, kNl4, BlockScale::kLog>::value,
+     .dynamic_param = log_scale_global},
+    {.format = KvFormat::kINT5G32Log,
+     .name = "int5_g32_log",
+     .bits = 5,
+     .block_values = 32,
+     .block_bytes = 21,
+     .head_dim_multiple = 32,
+     .needs_scale = true,
+     .global_scale = true,
+     .code_min = -16.0f,
+     .code_max = 15.0f,
+     .quantize_row = NonLinear<5, 32, kInt5, BlockScale::kLog>::quantize,
+     .unscaled = NonLinear<5, 32, kInt5, BlockScale::kLog>::unscaled,
+     .value = NonLinear<5, 32, kInt5, BlockScale::kLog>::value,
+     .dynamic_param = log_scale_global},
 }};
 
 constexpr bool rows_in_enum_order() {

@@ -108,8 +108,9 @@ TEST_F(GroupKvFormats, PackedCacheMatchesFakeQuantizedFp32Cache) {
 // fp32 cache whose key hooks fake-quantize in each layer's K format, value hooks in its V's, and
 // both round the first `sinks` positions to bf16. Bit for bit, prefill (sink rows through
 // load_kv_rows) and decode (the first tile split between bf16 and packed rows). The formats with
-// E4M3 block scales over a dynamic global per kv head (nvfp4's mechanism) get it from their
-// stream's first write past the sinks (kv_dynamic_param of its amax) in the hooks as in the cache.
+// byte block scales (E4M3, log) over a dynamic global per kv head (nvfp4's mechanism) get it from
+// their stream's first write past the sinks (kv_dynamic_param of its amax) in the hooks as in the
+// cache.
 TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
   using Layers = std::vector<KvCacheConfig::LayerFormat>;
   struct Case {
@@ -137,6 +138,9 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
        Layers{{.first = 1, .last = 2, .format = KvFormat::kINT5G32E4M3}}},
       {KvFormat::kNL4G64, KvFormat::kNL4G64, 1, "nl4_g64+sink1+v3=nl4_g16_e4m3:head",
        Layers{{.first = 3, .last = 3, .keys = false, .format = KvFormat::kNL4G16E4M3}}},
+      {KvFormat::kNL4G16Log, KvFormat::kNL4G32Log, 1,
+       "nl4_g16_log:head/nl4_g32_log:head+sink1+k1-2=int5_g32_log:head",
+       Layers{{.first = 1, .last = 2, .values = false, .format = KvFormat::kINT5G32Log}}},
   };
   for (const Case& c : cases) {
     KvCacheConfig packed = KvCacheConfig::dynamic(c.k, KvScaleGranularity::kHead, false, c.v);
@@ -151,7 +155,7 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
     EXPECT_EQ(packed.label(), c.label);
     struct Stream {
       std::int64_t pos = 0;       // positions written
-      std::vector<float> global;  // [kv heads]: E4M3-scaled formats, NaN until fixed
+      std::vector<float> global;  // [kv heads]: byte-scaled formats, NaN until fixed
     };
     std::vector<Stream> streams(2 * model_->attention_modules().size());
     std::vector<ScopedHook> hooks;

@@ -52,9 +52,9 @@ std::vector<KvFormat> scaled_formats() {
     if (t.needs_scale && !t.global_scale) formats.push_back(t.format);
   return formats;
 }
-// Every format with a dynamic parameter (the scaled ones and the global scales of nvfp4 and
-// nl4_g16_e4m3) that rows of the tiny models' head_dim 16 hold (nl4_g32_e4m3's blocks of 32 run
-// in GroupKvFormats on the default model).
+// Every format with a dynamic parameter (the scaled ones and the global scales of nvfp4,
+// nl4_g16_e4m3 and nl4_g16_log) that rows of the tiny models' head_dim 16 hold (nl4_g32_e4m3's
+// blocks of 32 run in GroupKvFormats on the default model).
 std::vector<KvFormat> dynamic_formats() {
   std::vector<KvFormat> formats;
   for (const auto& t : quant::kv_format_table())
@@ -381,10 +381,12 @@ TEST(DynamicKvScales, ModelRunEqualsTheSameScalesGiven) {
           const float amax = g == KvScaleGranularity::kTensor
                                  ? *std::max_element(la.begin(), la.end())
                                  : la[static_cast<std::size_t>(h)];
-          // nvfp4: e2m1's 6 on E4M3's 448; nl4_g16_e4m3: level -127 on it.
+          // nvfp4: e2m1's 6 on E4M3's 448; nl4_g16_e4m3: level -127 on it; nl4_g16_log: level
+          // -127 on the log scale's 1.
           const float top = f == KvFormat::kNVFP4 ? 6.0f : 127.0f;
+          const float byte_max = f == KvFormat::kNL4G16Log ? 1.0f : 448.0f;
           EXPECT_FLOAT_EQ(
-              ks, global(f) ? 448.0f * top / (kNvfp4DynamicHeadroom * amax) : ct_scale(f, amax))
+              ks, global(f) ? byte_max * top / (kNvfp4DynamicHeadroom * amax) : ct_scale(f, amax))
               << name << " layer " << l << " head " << h;
           if (g == KvScaleGranularity::kTensor && h > 0) {
             EXPECT_EQ(ks, global(f) ? dyn.keys(l).global_scale(0) : dyn.keys(l).scale(0)) << name;

@@ -66,8 +66,8 @@ std::vector<Scheme> schemes() {
   using S = QuantizationStrategy;
   std::vector<Scheme> out;
   for (const auto& t : quant::kv_format_table()) {
-    // nl4 with E4M3 block scales has no QuantizationArgs (kvq's own rule): GroupKvFormats checks
-    // its packed cache against its codec on the default model.
+    // nl4 / int5 with byte block scales have no QuantizationArgs (kvq's own rule): GroupKvFormats
+    // checks its packed cache against its codec on the default model.
     if (!t.needs_scale || (t.global_scale && !t.args.exists)) continue;
     if (t.global_scale) {
       out.push_back({t.format, true, S::kTensorGroup});

@@ -204,8 +204,11 @@ TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
     // bits / 8 per value, plus one E4M3 byte per 16 values for nvfp4 and one fp16 per 32 values
     // for int8_g32 / int4_g32.
     double per_head = D * t.bits / 8.0;
-    if (t.format == KvFormat::kNVFP4 || t.format == KvFormat::kNL4G16E4M3) per_head += D / 16.0;
-    if (t.format == KvFormat::kNL4G32E4M3 || t.format == KvFormat::kINT5G32E4M3)
+    if (t.format == KvFormat::kNVFP4 || t.format == KvFormat::kNL4G16E4M3 ||
+        t.format == KvFormat::kNL4G16Log)
+      per_head += D / 16.0;
+    if (t.format == KvFormat::kNL4G32E4M3 || t.format == KvFormat::kINT5G32E4M3 ||
+        t.format == KvFormat::kNL4G32Log || t.format == KvFormat::kINT5G32Log)
       per_head += D / 32.0;
     if (t.format == KvFormat::kINT8G32 || t.format == KvFormat::kINT4G32 ||
         t.format == KvFormat::kINT4G32Mse || t.format == KvFormat::kINT5G32 ||

@@ -176,13 +176,17 @@ TEST(KvFormats, DynamicRuleIsCalculateQparams) {
       const Tensor mx = Tensor::from_f32({1}, std::vector<float>{amax});
       const float got = kv_dynamic_param(t.format, amax);
       if (t.global_scale && !t.args.exists) {
-        // E4M3 block scales (kvq's rule): headroom · amax's block scale, amax over the lowest
-        // level times the global, is E4M3's largest, 448 (the global capped at FLT_MAX).
+        // Byte block scales (kvq's rule): headroom · amax's block scale, amax over the lowest
+        // level times the global, is the byte's largest — E4M3's 448, the log scale's 1 (the
+        // global capped at FLT_MAX).
+        const bool log = t.format == KvFormat::kNL4G32Log || t.format == KvFormat::kNL4G16Log ||
+                         t.format == KvFormat::kINT5G32Log;
+        const float top = log ? 1.0f : 448.0f;
         const float lo = -t.code_min;  // 127 for nl4, 16 for int5
-        const float want = 448.0f * lo / (kNvfp4DynamicHeadroom * amax);
+        const float want = top * lo / (kNvfp4DynamicHeadroom * amax);
         EXPECT_EQ(got, std::isinf(want) ? std::numeric_limits<float>::max() : want) << t.name;
         if (std::isfinite(want)) {
-          EXPECT_NEAR(got * kNvfp4DynamicHeadroom * amax / lo, 448.0f, 1e-3f) << t.name;
+          EXPECT_NEAR(got * kNvfp4DynamicHeadroom * amax / lo / top, 1.0f, 1e-6f) << t.name;
         }
         continue;
       }
@@ -661,7 +665,7 @@ TEST(KvFormats, LevelFormatsTiesNanAndZeroBlocks) {
   }
 }
 
-// ---- nl4_g32_e4m3 / nl4_g16_e4m3 / int5_g32_e4m3: one searched E4M3 block scale over a global -
+// ---- nl4 / int5 with one searched byte block scale (E4M3 or a log scale) over a global scale ----
 
 constexpr std::array<float, 32> kInt5Levels = [] {
   std::array<float, 32> l{};
@@ -669,22 +673,49 @@ constexpr std::array<float, 32> kInt5Levels = [] {
   return l;
 }();
 
-// The stored E4M3 scale of one block, written out: the nearest E4M3 code s0 to g * m / L[0]
-// (clamped to ±448), then s0's magnitude + 1, + 0, -1, -2, -3 (within 1 ... 126, keeping the
-// sign), the first with the smallest squared error when every value takes its nearest level on
-// d = e4m3(s) / g; 0 when s0 is ±0.
-std::uint8_t e4m3_level_block_scale(std::span<const float> levels, const std::vector<float>& x,
-                                    std::int64_t b0, std::int64_t b1, float g) {
+// The two block-scale bytes, written out. E4M3: e4m3_to_f32; the nearest code is E4M3's rounding
+// of s clamped to ±448; magnitudes 1 ... 126 (127 is NaN). The log scale: sign bit, magnitude e
+// decoding to 2^((e - 127) / 16) (0: zero); the nearest code is 127 + round(16 · log2 |s|)
+// clamped to 1 ... 127, 0 only for s = 0.
+struct ByteScaleRule {
+  bool log;
+  int below;  // candidates: the nearest's magnitude + 1 down to - below
+  int max_magnitude;
+  float top;  // the largest scale: the dynamic global maps headroom · amax onto it
+  float decode(std::uint8_t s) const {
+    if (!log) return e4m3_to_f32(s);
+    const int e = s & 0x7f;
+    const float v = e == 0 ? 0.0f : static_cast<float>(std::exp2((e - 127) / 16.0));
+    return (s & 0x80) ? -v : v;
+  }
+  std::uint8_t nearest(float s) const {
+    if (!log) return f32_to_e4m3(std::clamp(s, -448.0f, 448.0f));
+    if (s == 0.0f) return 0;
+    const float t = 16.0f * std::log2(std::fabs(s));
+    const int e = std::clamp(127 + static_cast<int>(std::nearbyint(std::max(t, -200.0f))), 1, 127);
+    return static_cast<std::uint8_t>((s < 0.0f ? 0x80 : 0) | e);
+  }
+};
+constexpr ByteScaleRule kE4m3Rule{false, 3, 126, 448.0f};
+constexpr ByteScaleRule kLogRule{true, 6, 127, 1.0f};
+
+// The stored scale byte of one block, written out: the nearest code s0 to g * m / L[0], then
+// s0's magnitude + 1, + 0, -1, ... -below (within 1 ... max_magnitude, keeping the sign), the
+// first with the smallest squared error when every value takes its nearest level on
+// d = decode(s) / g; 0 when s0 is ±0.
+std::uint8_t byte_level_block_scale(const ByteScaleRule& rule, std::span<const float> levels,
+                                    const std::vector<float>& x, std::int64_t b0, std::int64_t b1,
+                                    float g) {
   const float m = block_extreme(x, b0, b1).second;
-  const std::uint8_t s0 = f32_to_e4m3(std::clamp(m / levels[0] * g, -448.0f, 448.0f));
+  const std::uint8_t s0 = rule.nearest(m / levels[0] * g);
   if ((s0 & 0x7f) == 0) return 0;
   std::uint8_t want = s0;
   double best = std::numeric_limits<double>::infinity();
-  for (int k = 1; k >= -3; --k) {
+  for (int k = 1; k >= -rule.below; --k) {
     const int em = (s0 & 0x7f) + k;
-    if (em < 1 || em > 126) continue;
+    if (em < 1 || em > rule.max_magnitude) continue;
     const auto s = static_cast<std::uint8_t>((s0 & 0x80) | em);
-    const float d = e4m3_to_f32(s) / g;
+    const float d = rule.decode(s) / g;
     double e = 0.0;
     for (std::int64_t i = b0; i < b1; ++i) {
       const int c = nearest_level(levels, x[i] / d);
@@ -698,19 +729,27 @@ std::uint8_t e4m3_level_block_scale(std::span<const float> levels, const std::ve
   return want;
 }
 
-constexpr LevelFormat kE4m3Formats[] = {{KvFormat::kNL4G32E4M3, 4, 32, detail::kNl4Levels},
-                                        {KvFormat::kNL4G16E4M3, 4, 16, detail::kNl4Levels},
-                                        {KvFormat::kINT5G32E4M3, 5, 32, kInt5Levels}};
+struct ByteScaledFormat {
+  LevelFormat f;
+  const ByteScaleRule& rule;
+};
+constexpr ByteScaledFormat kByteScaledFormats[] = {
+    {{KvFormat::kNL4G32E4M3, 4, 32, detail::kNl4Levels}, kE4m3Rule},
+    {{KvFormat::kNL4G16E4M3, 4, 16, detail::kNl4Levels}, kE4m3Rule},
+    {{KvFormat::kINT5G32E4M3, 5, 32, kInt5Levels}, kE4m3Rule},
+    {{KvFormat::kNL4G32Log, 4, 32, detail::kNl4Levels}, kLogRule},
+    {{KvFormat::kNL4G16Log, 4, 16, detail::kNl4Levels}, kLogRule},
+    {{KvFormat::kINT5G32Log, 5, 32, kInt5Levels}, kLogRule}};
 
-TEST(KvFormats, E4m3ScaledFormatsFollowTheirRule) {
+TEST(KvFormats, ByteScaledFormatsFollowTheirRule) {
   std::mt19937 rng(36);
-  for (const LevelFormat& f : kE4m3Formats) {
+  for (const auto& [f, rule] : kByteScaledFormats) {
     const auto name = kv_format_name(f.format);
     const std::int64_t codes = 128 * f.bits / 8;
     ASSERT_EQ(kv_row_bytes(f.format, 128), static_cast<std::size_t>(codes + 128 / f.group)) << name;
     const auto& t = kv_format_traits(f.format);
     EXPECT_TRUE(t.needs_scale && t.global_scale && !t.supports_zero_point) << name;
-    EXPECT_FLOAT_EQ(kv_dynamic_param(f.format, 2.0f), 448.0f * -f.levels[0] / 8.0f) << name;
+    EXPECT_FLOAT_EQ(kv_dynamic_param(f.format, 2.0f), rule.top * -f.levels[0] / 8.0f) << name;
     const int zero_code = nearest_level(f.levels, 0.0f);
     for (std::int64_t n : {64, 128, 192}) {
       for (float spread : {1e-3f, 0.3f, 40.0f}) {
@@ -726,12 +765,13 @@ TEST(KvFormats, E4m3ScaledFormatsFollowTheirRule) {
           dequantize_row(f.format, row.data(), n, 1.0f, 0.0f, g, got.data());
           const std::int64_t scales = n * f.bits / 8;
           for (std::int64_t b0 = 0; b0 < n; b0 += f.group) {
-            const std::uint8_t want = e4m3_level_block_scale(f.levels, x, b0, b0 + f.group, g);
+            const std::uint8_t want =
+                byte_level_block_scale(rule, f.levels, x, b0, b0 + f.group, g);
             ASSERT_EQ(
                 static_cast<std::uint8_t>(row[static_cast<std::size_t>(scales + b0 / f.group)]),
                 want)
                 << name << " n " << n << " b " << b0 << " g " << g;
-            const float d = e4m3_to_f32(want) / g;
+            const float d = rule.decode(want) / g;
             for (std::int64_t i = b0; i < b0 + f.group; ++i) {
               const int c = d == 0.0f ? zero_code : nearest_level(f.levels, x[i] / d);
               ASSERT_EQ(level_code_at(f, row, i), c) << name << " i " << i;
@@ -745,30 +785,50 @@ TEST(KvFormats, E4m3ScaledFormatsFollowTheirRule) {
   }
 }
 
-// A zero block stores scale 0 and code 8 (decodes to 0); NaN takes code 8 (decodes to d); ±inf
-// saturates the scale at 448 and decodes finite; a block far below the global's range still
-// decodes close to its values through E4M3's subnormals.
-TEST(KvFormats, E4m3ScaledNl4FormatsZeroNanInfBlocks) {
-  for (KvFormat f : {KvFormat::kNL4G32E4M3, KvFormat::kNL4G16E4M3}) {
-    const auto name = kv_format_name(f);
-    const std::int64_t group = kv_format_traits(f).block_values;
+// A zero block stores scale 0 and code 8 (decodes to 0); NaN takes code 8 (decodes to d); +inf
+// saturates the scale at the byte's largest negative (E4M3 -448: 0xfe; the log scale -1: 0xff)
+// and decodes finite; a block far below the global's range still decodes close to its values
+// (E4M3's subnormals; the log scale's smallest step).
+TEST(KvFormats, ByteScaledNl4FormatsZeroNanInfBlocks) {
+  for (const auto& [f, rule] : kByteScaledFormats) {
+    if (f.bits != 4) continue;
+    const auto name = kv_format_name(f.format);
+    const std::int64_t group = f.group;
     std::vector<float> x(64, 0.0f), got(64);
     for (std::int64_t i = group; i < 64; ++i) x[static_cast<std::size_t>(i)] = 0.01f * (i % 7 - 3);
     x[static_cast<std::size_t>(group) + 1] = kNaN;
     x[63] = kInf;
-    std::vector<std::byte> row(kv_row_bytes(f, 64));
-    const float g = kv_dynamic_param(f, 1.0f);
-    quantize_row(f, x.data(), 64, 1.0f, 0.0f, g, row.data());
-    dequantize_row(f, row.data(), 64, 1.0f, 0.0f, g, got.data());
+    std::vector<std::byte> row(kv_row_bytes(f.format, 64));
+    const float g = kv_dynamic_param(f.format, 1.0f);
+    quantize_row(f.format, x.data(), 64, 1.0f, 0.0f, g, row.data());
+    dequantize_row(f.format, row.data(), 64, 1.0f, 0.0f, g, got.data());
     EXPECT_EQ(row[32], std::byte{0}) << name;  // block 0: zeros
     for (std::int64_t i = 0; i < group; ++i) {
       EXPECT_EQ(got[static_cast<std::size_t>(i)], 0.0f) << name << i;
       EXPECT_EQ(row[static_cast<std::size_t>(i / 2)], std::byte{0x88}) << name << i;
     }
-    const float d = e4m3_to_f32(static_cast<std::uint8_t>(row[33])) / g;
-    EXPECT_EQ(got[static_cast<std::size_t>(group) + 1], d) << name;                // NaN: level 1
-    EXPECT_EQ(static_cast<std::uint8_t>(row[32 + 64 / group - 1]), 0xfe) << name;  // -448
+    const float d = rule.decode(static_cast<std::uint8_t>(row[33])) / g;
+    EXPECT_EQ(got[static_cast<std::size_t>(group) + 1], d) << name;  // NaN: level 1
+    if (2 * group < 64) {  // block 1 holds values of at most 0.03 (and the NaN), not the inf
+      for (std::int64_t i = group + 2; i < 2 * group; ++i)
+        EXPECT_NEAR(got[static_cast<std::size_t>(i)], x[static_cast<std::size_t>(i)], 0.004f)
+            << name << i;
+    }
+    EXPECT_EQ(static_cast<std::uint8_t>(row[32 + 64 / group - 1]), rule.log ? 0xff : 0xfe) << name;
     for (float v : got) EXPECT_TRUE(std::isfinite(v)) << name;
+  }
+}
+
+// The log-scale table is 2^((e - 127) / 16), rounded to fp32, with the sign bit.
+TEST(KvFormats, LogScaleTableIsSixteenthsOfAnOctave) {
+  EXPECT_EQ(detail::kLogScaleTable[0], 0.0f);
+  EXPECT_EQ(detail::kLogScaleTable[127], 1.0f);
+  EXPECT_EQ(detail::kLogScaleTable[127 - 16], 0.5f);
+  for (int c = 0; c < 256; ++c) {
+    const float want = kLogRule.decode(static_cast<std::uint8_t>(c));
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(detail::kLogScaleTable[c]),
+              std::bit_cast<std::uint32_t>(want))
+        << c;
   }
 }
 
@@ -780,17 +840,19 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   constexpr std::array<float, 8> kUniform3 = {-127.0f, -95.25f, -63.5f, -31.75f,
                                               0.0f,    31.75f,  63.5f,  95.25f};
-  double nl4 = 0.0, int4 = 0.0, nl3 = 0.0, uniform3 = 0.0, e4m3_32 = 0.0, e4m3_16 = 0.0;
+  double nl4 = 0.0, int4 = 0.0, nl3 = 0.0, uniform3 = 0.0, e4m3_32 = 0.0, e4m3_16 = 0.0,
+         log_32 = 0.0, log_16 = 0.0;
   for (int rep = 0; rep < 256; ++rep) {
     std::vector<float> g(32);
     for (float& v : g) v = normal(rng);
     for (const auto& [f, err] :
          {std::pair{KvFormat::kNL4G32, &nl4}, std::pair{KvFormat::kINT4G32Mse, &int4},
           std::pair{KvFormat::kNL3G32, &nl3}, std::pair{KvFormat::kNL4G32E4M3, &e4m3_32},
-          std::pair{KvFormat::kNL4G16E4M3, &e4m3_16}}) {
+          std::pair{KvFormat::kNL4G16E4M3, &e4m3_16}, std::pair{KvFormat::kNL4G32Log, &log_32},
+          std::pair{KvFormat::kNL4G16Log, &log_16}}) {
       std::vector<std::byte> r(kv_row_bytes(f, 32));
       std::vector<float> back(32);
-      // E4M3 scales: the global of a first write with amax 4 (a Gaussian row's).
+      // Byte scales: the global of a first write with amax 4 (a Gaussian row's).
       const float global = kv_format_traits(f).global_scale ? kv_dynamic_param(f, 4.0f) : 1.0f;
       quantize_row(f, g.data(), 32, 1.0f, 0.0f, global, r.data());
       dequantize_row(f, r.data(), 32, 1.0f, 0.0f, global, back.data());
@@ -800,13 +862,17 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
   }
   std::printf(
       "Gaussian blocks, squared error: nl4_g32 / int4_g32_mse %.3f, nl3_g32 / int3 %.3f, "
-      "nl4_g32_e4m3 / nl4_g32 %.3f, nl4_g16_e4m3 / nl4_g32 %.3f\n",
-      nl4 / int4, nl3 / uniform3, e4m3_32 / nl4, e4m3_16 / nl4);
+      "nl4_g32_e4m3 / nl4_g32 %.3f, nl4_g16_e4m3 / nl4_g32 %.3f, nl4_g32_log / nl4_g32 %.3f, "
+      "nl4_g16_log / nl4_g32 %.3f\n",
+      nl4 / int4, nl3 / uniform3, e4m3_32 / nl4, e4m3_16 / nl4, log_32 / nl4, log_16 / nl4);
   EXPECT_LT(nl4, 0.92 * int4) << nl4 << " vs " << int4;
   EXPECT_LT(nl3, 0.95 * uniform3) << nl3 << " vs " << uniform3;
   // One-byte scales cost nl4_g32 little (simulated 1.03) and buy groups of 16 (simulated 0.84).
   EXPECT_LT(e4m3_32, 1.08 * nl4) << e4m3_32 << " vs " << nl4;
   EXPECT_LT(e4m3_16, 0.90 * nl4) << e4m3_16 << " vs " << nl4;
+  // The log scale's finer steps take that cost back (simulated 0.99 and 0.79: 7 % below E4M3's).
+  EXPECT_LT(log_32, nl4) << log_32 << " vs " << nl4;
+  EXPECT_LT(log_16, 0.95 * e4m3_16) << log_16 << " vs " << e4m3_16;
 }
 
 // int4_g32a (q4_1): d = (max - min) / 15 and m = min in fp16, unsigned codes, decoded
@@ -969,8 +1035,8 @@ void check_against_fake_quantize(const Case& c, const std::vector<float>& x) {
 std::vector<Case> fake_quantize_cases() {
   std::vector<Case> cases;
   for (const auto& t : kv_format_table()) {
-    // E4M3 block scales over levels have no compressed-tensors form:
-    // E4m3ScaledFormatsFollowTheirRule.
+    // Byte block scales over levels have no compressed-tensors form:
+    // ByteScaledFormatsFollowTheirRule.
     if (!t.needs_scale || (t.global_scale && !t.args.exists)) continue;
     for (float shrink : {1.0f, 0.3f, 0.01f}) {
       cases.push_back({t.format, true, shrink});
