@@ -169,6 +169,23 @@ const std::vector<SchemeDef>& builtin_schemes() {
        "e4m3+k6-7=nl4_g32_e4m3+k12=nl4_g32_e4m3+k14-15=nl4_g32_e4m3+k17=nl4_g32_e4m3+k21-22=nl4_"
        "g32_e4m3+k25-29=nl4_g32_e4m3+v0=nl4_g32_e4m3+v2=nl4_g32_e4m3+v4-29=nl4_g32_e4m3",
        false, false},
+      // kvq's one-byte log scale (2^(1/16) steps) in place of E4M3: nl4_g16_log, and kvq
+      // allocate's 4.5-bit plan over nl4_g32_log -> nl4_g16_log -> int5_g32_log, scanned on the
+      // same text (docs/results.md). Run by name.
+      {"KV-NL4-Group16-Log+R3+KS+Sink1",
+       "nl4_g16_log K/V (iq4_nl levels, searched log-scale byte per 16 values; 4.5 bits), R2 + "
+       "R3, key smoothing, first token in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"), "nl4_g16_log+sink1", false, false},
+      {"KV-NL4-Log-Alloc+R3+KS+Sink1",
+       "kvq allocate's 4.5-bit plan: 11 K and 3 V tensors in int5_g32_log, 3 K and 1 V in "
+       "nl4_g16_log, the other 16 K and 26 V in nl4_g32_log; R2 + R3, key smoothing, first token "
+       "in bf16",
+       r("rotate_r2_r3_smooth_k.yaml"),
+       "nl4_g16_log+sink1+k1-4=int5_g32_log+k8-9=int5_g32_log+k11=int5_g32_log+k18-20=int5_g32"
+       "_log+k23=int5_g32_log+v1-3=int5_g32_log+k0=nl4_g32_log+k6-7=nl4_g32_log+k10=nl4_g32_lo"
+       "g+k12=nl4_g32_log+k14-16=nl4_g32_log+k21-22=nl4_g32_log+k24-29=nl4_g32_log+v0=nl4_g32_"
+       "log+v4-10=nl4_g32_log+v12-29=nl4_g32_log",
+       false, false},
       // 3 bits: kvq's 8 non-uniform levels (nl3_g32: 3.5 bits per value). Run by name.
       {"KV-NL3-Group32+R3+KS+Sink1",
        "nl3_g32 K/V (8 Lloyd-Max levels, searched scales; 3.5 bits), R2 + R3, key smoothing, "

@@ -50,6 +50,8 @@
 //   nl4_g32_log / nl4_g16_log / int5_g32_log  the same layouts with a log-scale byte in place of
 //         each E4M3 block scale (sign bit over a magnitude e: 2^((e - 127) / 16), e = 0 is 0;
 //         detail::kLogScaleTable)
+//   nl3_g32_log / nl3_g16_log  nl3's codes (bit planes per block of 32), then ceil(n/32) /
+//         ceil(n/16) log-scale bytes (3.25 / 3.5 bits per value)
 //   The fp16-scaled group formats are dynamic and need no calibration: each block's scale comes
 //   from the row itself when it is written, so they have no per-stream parameter
 //   (KvScales::kNone, like f16). The KV cache needs head_dim to be a multiple of their block
@@ -102,13 +104,14 @@
 //         amax / 4 down to ~1e-4 · amax. Squared error on Gaussian blocks ~1.03x nl4_g32's.
 //   int5_g32_e4m3: the same rule on the 32 levels -16 ... 15 (the extreme on -16, global
 //         448 · 16 / (headroom · amax); a tie takes the lower level, not int5_g32's half to even).
-//   nl4_g32_log / nl4_g16_log / int5_g32_log: the E4M3-scaled rule on a finer byte: steps of
-//         2^(1/16) (4.4 %) instead of E4M3's 6.7-12.5 %, so the search scores the codes from one
-//         step above the nearest to g · m / L[0] down to six below (ratios 1.04 ... 0.77); the
-//         nearest is round(16 · log2 |s|) + 127 clamped to [1, 127] (only s = 0 gives 0: a block
-//         below the smallest scale, ~1/235 of the largest, is coded on it). Global scale
-//         1 · |lowest level| / (headroom · amax): the first write's blocks sit 2 octaves below
-//         the top, and blocks down to ~1/60 of its amax keep a full-resolution scale.
+//   nl4_g32_log / nl4_g16_log / int5_g32_log / nl3_g32_log / nl3_g16_log: the E4M3-scaled rule
+//         on a finer byte: steps of 2^(1/16) (4.4 %) instead of E4M3's 6.7-12.5 %, so the search
+//         scores the codes from one step above the nearest to g · m / L[0] down to six below
+//         (ratios 1.04 ... 0.77); the nearest is round(16 · log2 |s|) + 127 clamped to [1, 127]
+//         (only s = 0 gives 0: a block below the smallest scale, ~1/235 of the largest, is coded
+//         on it). Global scale 1 · |lowest level| / (headroom · amax): the first write's blocks
+//         sit 2 octaves below the top, and blocks down to ~1/60 of its amax keep a full-resolution
+//         scale.
 //   nl3_g32 / nl3_g64: nl4's rule with kvq's 8 levels (kNl3Levels: -127, -75, -43, -18, 4, 27,
 //         55, 95, a Lloyd-Max codebook for blocks scaled this way; NaN, zero blocks and padding
 //         take level 4, the one nearest 0).
@@ -170,8 +173,10 @@ enum class KvFormat : std::uint8_t {
   kNL4G32Log,
   kNL4G16Log,
   kINT5G32Log,
+  kNL3G32Log,
+  kNL3G16Log,
 };
-inline constexpr std::size_t kKvFormatCount = 26;  // the number of enumerators above
+inline constexpr std::size_t kKvFormatCount = 28;  // the number of enumerators above
 
 // Dynamic nvfp4 global scales leave this factor of headroom above the first write's amax
 // (model/kv_cache.h).

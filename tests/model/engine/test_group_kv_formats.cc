@@ -138,9 +138,12 @@ TEST_F(GroupKvFormats, SplitKvFormatsAndSinkRowsMatchTheirFakeQuantization) {
        Layers{{.first = 1, .last = 2, .format = KvFormat::kINT5G32E4M3}}},
       {KvFormat::kNL4G64, KvFormat::kNL4G64, 1, "nl4_g64+sink1+v3=nl4_g16_e4m3:head",
        Layers{{.first = 3, .last = 3, .keys = false, .format = KvFormat::kNL4G16E4M3}}},
-      {KvFormat::kNL4G16Log, KvFormat::kNL4G32Log, 1,
-       "nl4_g16_log:head/nl4_g32_log:head+sink1+k1-2=int5_g32_log:head",
-       Layers{{.first = 1, .last = 2, .values = false, .format = KvFormat::kINT5G32Log}}},
+      {KvFormat::kNL4G16Log, KvFormat::kNL3G16Log, 1,
+       "nl4_g16_log:head/nl3_g16_log:head+sink1+k1-2=int5_g32_log:head+v3=nl4_g32_log:head+v4="
+       "nl3_g32_log:head",
+       Layers{{.first = 1, .last = 2, .values = false, .format = KvFormat::kINT5G32Log},
+              {.first = 3, .last = 3, .keys = false, .format = KvFormat::kNL4G32Log},
+              {.first = 4, .last = 4, .keys = false, .format = KvFormat::kNL3G32Log}}},
   };
   for (const Case& c : cases) {
     KvCacheConfig packed = KvCacheConfig::dynamic(c.k, KvScaleGranularity::kHead, false, c.v);

@@ -180,7 +180,7 @@ TEST(Compare, BaselineRelativeFields) {
 
 TEST(Compare, SchemeTable) {
   EXPECT_EQ(builtin_schemes().front().name, "baseline");
-  EXPECT_EQ(builtin_schemes().size(), 29u);
+  EXPECT_EQ(builtin_schemes().size(), 31u);
   EXPECT_EQ(find_scheme("kv-fp8-head").name, "KV-FP8-Head");
   EXPECT_FALSE(find_scheme("KV-NVFP4-Calibrated").in_default);
   for (const char* name : {"KV-INT8-Group32", "KV-INT4-Group32", "KV-INT4-Group32+R3"})
@@ -204,12 +204,12 @@ TEST(Compare, SchemeTable) {
   EXPECT_EQ(find_scheme("KV-NL4-Group64+R3+KS+Sink1+Layers5").kv_cache.substr(0, 35),
             "nl4_g64+sink1+k1-3=int5_g64_mse+k9-");
   EXPECT_EQ(find_scheme("KV-NL4-Group16-E4M3+R3+KS+Sink1").kv_cache, "nl4_g16_e4m3+sink1");
-  {
-    // The allocated plan spends exactly 4.5 bits per value over the default model's 30 layers
-    // (each K / V tensor in the last exception that names it, else the base format).
-    const runtime::KvCacheOption o =
-        runtime::parse_kv_cache_option(find_scheme("KV-NL4-E4M3-Alloc+R3+KS+Sink1").kv_cache);
-    EXPECT_EQ(o.sink_tokens, 1);
+  EXPECT_EQ(find_scheme("KV-NL4-Group16-Log+R3+KS+Sink1").kv_cache, "nl4_g16_log+sink1");
+  // The allocated plans spend exactly 4.5 bits per value over the default model's 30 layers
+  // (each K / V tensor in the last exception that names it, else the base format).
+  for (const char* plan : {"KV-NL4-E4M3-Alloc+R3+KS+Sink1", "KV-NL4-Log-Alloc+R3+KS+Sink1"}) {
+    const runtime::KvCacheOption o = runtime::parse_kv_cache_option(find_scheme(plan).kv_cache);
+    EXPECT_EQ(o.sink_tokens, 1) << plan;
     double bits = 0.0;
     for (int layer = 0; layer < 30; ++layer) {
       for (bool keys : {true, false}) {
@@ -220,7 +220,7 @@ TEST(Compare, SchemeTable) {
         bits += 8.0 * t.block_bytes / t.block_values;
       }
     }
-    EXPECT_DOUBLE_EQ(bits / 60.0, 4.5);
+    EXPECT_DOUBLE_EQ(bits / 60.0, 4.5) << plan;
   }
   // Every scheme's --kv-cache string parses (a typo would only show when the scheme runs).
   for (const SchemeDef& s : builtin_schemes()) {

@@ -205,10 +205,11 @@ TEST(KvCache, BytesPerTokenIsTheFormatsTheoreticalSize) {
     // for int8_g32 / int4_g32.
     double per_head = D * t.bits / 8.0;
     if (t.format == KvFormat::kNVFP4 || t.format == KvFormat::kNL4G16E4M3 ||
-        t.format == KvFormat::kNL4G16Log)
+        t.format == KvFormat::kNL4G16Log || t.format == KvFormat::kNL3G16Log)
       per_head += D / 16.0;
     if (t.format == KvFormat::kNL4G32E4M3 || t.format == KvFormat::kINT5G32E4M3 ||
-        t.format == KvFormat::kNL4G32Log || t.format == KvFormat::kINT5G32Log)
+        t.format == KvFormat::kNL4G32Log || t.format == KvFormat::kINT5G32Log ||
+        t.format == KvFormat::kNL3G32Log)
       per_head += D / 32.0;
     if (t.format == KvFormat::kINT8G32 || t.format == KvFormat::kINT4G32 ||
         t.format == KvFormat::kINT4G32Mse || t.format == KvFormat::kINT5G32 ||

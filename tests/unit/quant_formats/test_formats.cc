@@ -180,7 +180,8 @@ TEST(KvFormats, DynamicRuleIsCalculateQparams) {
         // level times the global, is the byte's largest — E4M3's 448, the log scale's 1 (the
         // global capped at FLT_MAX).
         const bool log = t.format == KvFormat::kNL4G32Log || t.format == KvFormat::kNL4G16Log ||
-                         t.format == KvFormat::kINT5G32Log;
+                         t.format == KvFormat::kINT5G32Log || t.format == KvFormat::kNL3G32Log ||
+                         t.format == KvFormat::kNL3G16Log;
         const float top = log ? 1.0f : 448.0f;
         const float lo = -t.code_min;  // 127 for nl4, 16 for int5
         const float want = top * lo / (kNvfp4DynamicHeadroom * amax);
@@ -739,7 +740,9 @@ constexpr ByteScaledFormat kByteScaledFormats[] = {
     {{KvFormat::kINT5G32E4M3, 5, 32, kInt5Levels}, kE4m3Rule},
     {{KvFormat::kNL4G32Log, 4, 32, detail::kNl4Levels}, kLogRule},
     {{KvFormat::kNL4G16Log, 4, 16, detail::kNl4Levels}, kLogRule},
-    {{KvFormat::kINT5G32Log, 5, 32, kInt5Levels}, kLogRule}};
+    {{KvFormat::kINT5G32Log, 5, 32, kInt5Levels}, kLogRule},
+    {{KvFormat::kNL3G32Log, 3, 32, detail::kNl3Levels}, kLogRule},
+    {{KvFormat::kNL3G16Log, 3, 16, detail::kNl3Levels}, kLogRule}};
 
 TEST(KvFormats, ByteScaledFormatsFollowTheirRule) {
   std::mt19937 rng(36);
@@ -841,7 +844,7 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
   constexpr std::array<float, 8> kUniform3 = {-127.0f, -95.25f, -63.5f, -31.75f,
                                               0.0f,    31.75f,  63.5f,  95.25f};
   double nl4 = 0.0, int4 = 0.0, nl3 = 0.0, uniform3 = 0.0, e4m3_32 = 0.0, e4m3_16 = 0.0,
-         log_32 = 0.0, log_16 = 0.0;
+         log_32 = 0.0, log_16 = 0.0, nl3_log_16 = 0.0;
   for (int rep = 0; rep < 256; ++rep) {
     std::vector<float> g(32);
     for (float& v : g) v = normal(rng);
@@ -849,7 +852,7 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
          {std::pair{KvFormat::kNL4G32, &nl4}, std::pair{KvFormat::kINT4G32Mse, &int4},
           std::pair{KvFormat::kNL3G32, &nl3}, std::pair{KvFormat::kNL4G32E4M3, &e4m3_32},
           std::pair{KvFormat::kNL4G16E4M3, &e4m3_16}, std::pair{KvFormat::kNL4G32Log, &log_32},
-          std::pair{KvFormat::kNL4G16Log, &log_16}}) {
+          std::pair{KvFormat::kNL4G16Log, &log_16}, std::pair{KvFormat::kNL3G16Log, &nl3_log_16}}) {
       std::vector<std::byte> r(kv_row_bytes(f, 32));
       std::vector<float> back(32);
       // Byte scales: the global of a first write with amax 4 (a Gaussian row's).
@@ -863,8 +866,9 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
   std::printf(
       "Gaussian blocks, squared error: nl4_g32 / int4_g32_mse %.3f, nl3_g32 / int3 %.3f, "
       "nl4_g32_e4m3 / nl4_g32 %.3f, nl4_g16_e4m3 / nl4_g32 %.3f, nl4_g32_log / nl4_g32 %.3f, "
-      "nl4_g16_log / nl4_g32 %.3f\n",
-      nl4 / int4, nl3 / uniform3, e4m3_32 / nl4, e4m3_16 / nl4, log_32 / nl4, log_16 / nl4);
+      "nl4_g16_log / nl4_g32 %.3f, nl3_g16_log / nl3_g32 %.3f\n",
+      nl4 / int4, nl3 / uniform3, e4m3_32 / nl4, e4m3_16 / nl4, log_32 / nl4, log_16 / nl4,
+      nl3_log_16 / nl3);
   EXPECT_LT(nl4, 0.92 * int4) << nl4 << " vs " << int4;
   EXPECT_LT(nl3, 0.95 * uniform3) << nl3 << " vs " << uniform3;
   // One-byte scales cost nl4_g32 little (simulated 1.03) and buy groups of 16 (simulated 0.84).
@@ -873,6 +877,8 @@ TEST(KvFormats, LevelFormatsBeatUniformCodesOnGaussianBlocks) {
   // The log scale's finer steps take that cost back (simulated 0.99 and 0.79: 7 % below E4M3's).
   EXPECT_LT(log_32, nl4) << log_32 << " vs " << nl4;
   EXPECT_LT(log_16, 0.95 * e4m3_16) << log_16 << " vs " << e4m3_16;
+  // At 3.5 bits a log byte per 16 beats an fp16 scale per 32 (simulated 0.81).
+  EXPECT_LT(nl3_log_16, 0.85 * nl3) << nl3_log_16 << " vs " << nl3;
 }
 
 // int4_g32a (q4_1): d = (max - min) / 15 and m = min in fp16, unsigned codes, decoded
