@@ -361,6 +361,7 @@ struct ByteScaleRule {
       kKind == BlockScale::kE4m3 ? detail::kE4M3Table : detail::kLogScaleTable;
   static constexpr int kBelow = kKind == BlockScale::kE4m3 ? 3 : 6;  // both about ratio 0.75
   static constexpr unsigned kMaxMagnitude = kKind == BlockScale::kE4m3 ? 0x7e : 0x7f;
+  static constexpr float kTop = kKind == BlockScale::kE4m3 ? kFp8Max : 1.0f;  // the largest scale
   // The nearest code to s (E4M3: round to nearest even, saturating at ±448; the log scale:
   // the nearest step, clamped to [1, 127], so only s = 0 gives 0).
   static std::uint8_t nearest(float s) {
@@ -544,13 +545,13 @@ float nvfp4_global_scale(const KvFormatTraits&, float amax) {
 // headroom, is the byte's largest, kTop (E4M3: 448; the log scale: 1):
 // global = kTop · |lowest level| / (headroom · amax) (fp32; capped at FLT_MAX; the lowest level
 // is code_min: -127, int5's -16).
-template <float kTop>
+template <BlockScale kKind>
 float byte_scale_global(const KvFormatTraits& t, float amax) {
-  const float g = kTop * -t.code_min / (kNvfp4DynamicHeadroom * amax);
+  const float g = ByteScaleRule<kKind>::kTop * -t.code_min / (kNvfp4DynamicHeadroom * amax);
   return std::min(g, std::numeric_limits<float>::max());
 }
-constexpr auto e4m3_global_scale = byte_scale_global<kFp8Max>;
-constexpr auto log_scale_global = byte_scale_global<1.0f>;
+constexpr auto* e4m3_global_scale = &byte_scale_global<BlockScale::kE4m3>;
+constexpr auto* log_scale_global = &byte_scale_global<BlockScale::kLog>;
 
 // ---- the table, indexed by KvFormat ----------------------------------------------------------
 
