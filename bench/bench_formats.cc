@@ -159,6 +159,41 @@ void BM_ScoresInt8(benchmark::State& state) {
 BENCHMARK(BM_ScoresInt8<false>)->Arg(256)->Arg(1 << 21);
 BENCHMARK(BM_ScoresInt8<true>)->Arg(256)->Arg(1 << 21);
 
+// What decode attention runs per KV head (kernels/cpu/attention.cc: attend_packed, softmax
+// left out): one GQA group of 3 queries against K rows (dot_rows) and the same rows as V
+// (axpy_rows), in tiles of 64 rows, the codec prepared once per stream as there. Rows: 8,192
+// (one head's stream at 8K) per iteration; bytes_per_second counts the packed bytes read twice.
+void BM_DecodeGroup(benchmark::State& state) {
+  const auto f = static_cast<KvFormat>(state.range(0));
+  const Rows rows = make_rows(f, state.range(1));
+  kvq::quant::RowCodec codec{f, kHeadDim, 0.05f, 0.0f, 500.0f};
+  kvq::kernels::BlockScaleValues block_scales;
+  kvq::kernels::prepare_block_scales(codec, block_scales);
+  constexpr std::int64_t kQueries = 3, kTile = 64;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(kQueries * kHeadDim), scores(kQueries * kTile, 1e-3f),
+      acc(kQueries * kHeadDim, 0.0f);
+  for (float& v : q) v = dist(rng);
+  for (auto _ : state) {
+    for (std::int64_t t = 0; t < rows.count; t += kTile) {
+      const std::byte* tile = rows.bytes.data() + t * static_cast<std::int64_t>(rows.row_bytes);
+      const std::int64_t nt = std::min(kTile, rows.count - t);
+      kvq::kernels::dot_rows(codec, q.data(), kQueries, tile, nt, scores.data(), kTile);
+      kvq::kernels::axpy_rows(codec, scores.data(), kQueries, kTile, tile, nt, acc.data());
+    }
+    benchmark::DoNotOptimize(acc.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<std::int64_t>(rows.bytes.size()));
+  state.SetItemsProcessed(state.iterations() * rows.count);
+  state.SetLabel(std::string(kvq::quant::kv_format_name(f)));
+}
+BENCHMARK(BM_DecodeGroup)->Apply([](benchmark::internal::Benchmark* b) {
+  for (int f = 0; f < static_cast<int>(kvq::quant::kv_format_table().size()); ++f)
+    b->Args({f, 8192});
+});
+
 }  // namespace
 
 BENCHMARK_MAIN();

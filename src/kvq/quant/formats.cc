@@ -253,10 +253,10 @@ struct Group {
     return (code(row, i) - zero_point) *
            group_scale(row, group_scales_offset(kBits, n), i, 2, kGroup);
   }
-  // (q - zp) * (d / global_scale): global_scale is 1 (no per-stream parameter).
+  // (q - zp) * d: fp16 block scales have no global scale (RowCodec::global_scale is ignored).
   static float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
     return (code(row, i) - c.zero_point) *
-           (group_scale(row, group_scales_offset(kBits, c.n), i, 2, kGroup) / c.global_scale);
+           group_scale(row, group_scales_offset(kBits, c.n), i, 2, kGroup);
   }
 };
 using Int8G32 = Group<8, int8_g32_scale, -127, 127>;
@@ -477,8 +477,13 @@ struct NonLinear {
   static float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_point) {
     return (T.levels[code(row, i)] - zero_point) * block_scale(row, n, i);
   }
+  // Byte scales are divided by the stream's global scale; fp16 ones have none.
   static float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
-    return (T.levels[code(row, i)] - c.zero_point) * (block_scale(row, c.n, i) / c.global_scale);
+    const float level = T.levels[code(row, i)] - c.zero_point;
+    if constexpr (kScale != BlockScale::kFp16)
+      return level * (block_scale(row, c.n, i) / c.global_scale);
+    else
+      return level * block_scale(row, c.n, i);
   }
 };
 
@@ -517,9 +522,8 @@ float unscaled(const std::byte* row, std::int64_t n, std::int64_t i, float zero_
 }
 float value(const RowCodec& c, const std::byte* row, std::int64_t i) {
   const std::int64_t off = group_scales_offset(4, c.n);
-  return std::fma(static_cast<float>(nibble(row, i)) - c.zero_point,
-                  group_scale(row, off, i, 4) / c.global_scale,
-                  detail::group_min(row, off, i) / c.global_scale);
+  return std::fma(static_cast<float>(nibble(row, i)) - c.zero_point, group_scale(row, off, i, 4),
+                  detail::group_min(row, off, i));
 }
 }  // namespace int4_g32a
 

@@ -189,7 +189,13 @@ struct RowCodec {
   std::int64_t n = 0;  // values per row (head_dim); rows are kv_row_bytes(format, n) apart
   float scale = 1.0f;
   float zero_point = 0.0f;
-  float global_scale = 1.0f;  // nvfp4 only (1 for the group formats: their scales are in-row)
+  // The divisor of byte block scales: nvfp4's and the E4M3- / log-scaled formats' per-stream
+  // parameter; ignored by every other format (the fp16-scaled group formats have none).
+  float global_scale = 1.0f;
+  // Optional, read by the fast kernels only (kernels::prepare_block_scales): for a format with
+  // byte block scales, entry e is that byte's scale / global_scale, looked up instead of one
+  // division per block (the same quotients, so the same bits). nullptr: the kernels divide.
+  const float* block_scales = nullptr;
 };
 
 // The integer codes int8-query dot products multiply a K row by (kernels/cpu/int8_query.h).
@@ -286,7 +292,7 @@ bool kv_int8_query_supported(KvFormat format, std::int64_t n);
 
 // Encodes one row: x [n] -> out [kv_row_bytes(format, n)]. `scale` / `zero_point` are the
 // stream's (ignored by nvfp4; zero_point ignored by f32/bf16/f16); `global_scale` is used by
-// nvfp4 only.
+// the formats with byte block scales only (nvfp4, *_e4m3, *_log).
 void quantize_row(KvFormat format, const float* x, std::int64_t n, float scale, float zero_point,
                   float global_scale, std::byte* out);
 // Decodes one row with the scalar codec: in [kv_row_bytes] -> out [n] = (q - zp) * scale

@@ -10,6 +10,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kvq/kernels/cpu/kv_row_kernels.h"
 #include "kvq/kernels/ref/kv_rows_ref.h"
 #include "kvq/quant/formats.h"
+#include "kvq/quant/kv_row_layout.h"
 
 namespace kvq::kernels {
 namespace {
@@ -111,35 +113,70 @@ TEST(RowKernels, MatchScalarReference) {
   }
 }
 
+// With and without prepare_block_scales (attention prepares every stream's codec): the looked-up
+// byte block scales must be the very quotients the kernels divide out otherwise.
 TEST(RowKernels, PackedRowsBitIdenticalToFakeQuantizedFp32Rows) {
   std::mt19937 rng(11);
   for (KvFormat f : all_formats()) {
     for (std::int64_t n : kLengths) {
-      const Rows packed = make_rows(rng, f, n);
-      // The fake-quantized cache: fp32 rows holding the dequantized values, unit scale.
-      const RowCodec f32{KvFormat::kF32, n};
-      const auto* f32_rows = reinterpret_cast<const std::byte*>(packed.decoded.data());
-      for (std::int64_t nq : kQueries) {
-        SCOPED_TRACE(testing::Message() << kv_format_name(f) << " n=" << n << " nq=" << nq);
-        const auto q = random_vector(rng, nq * n);
-        std::vector<float> s(static_cast<std::size_t>(nq * kLd)), s_f32(s.size());
-        dot_rows(packed.codec, q.data(), nq, packed.bytes.data(), kRows, s.data(), kLd);
-        dot_rows(f32, q.data(), nq, f32_rows, kRows, s_f32.data(), kLd);
-        for (std::size_t e = 0; e < s.size(); e += 1) {
-          if (static_cast<std::int64_t>(e) % kLd >= kRows) continue;  // untouched stride gap
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(s[e]), std::bit_cast<std::uint32_t>(s_f32[e]))
-              << e;
+      for (const bool prepared : {false, true}) {
+        Rows packed = make_rows(rng, f, n);
+        BlockScaleValues block_scales;
+        if (prepared) prepare_block_scales(packed.codec, block_scales);
+        // The fake-quantized cache: fp32 rows holding the dequantized values, unit scale.
+        const RowCodec f32{KvFormat::kF32, n};
+        const auto* f32_rows = reinterpret_cast<const std::byte*>(packed.decoded.data());
+        for (std::int64_t nq : kQueries) {
+          SCOPED_TRACE(testing::Message() << kv_format_name(f) << " n=" << n << " nq=" << nq
+                                          << (prepared ? " prepared" : ""));
+          const auto q = random_vector(rng, nq * n);
+          std::vector<float> s(static_cast<std::size_t>(nq * kLd)), s_f32(s.size());
+          dot_rows(packed.codec, q.data(), nq, packed.bytes.data(), kRows, s.data(), kLd);
+          dot_rows(f32, q.data(), nq, f32_rows, kRows, s_f32.data(), kLd);
+          for (std::size_t e = 0; e < s.size(); e += 1) {
+            if (static_cast<std::int64_t>(e) % kLd >= kRows) continue;  // untouched stride gap
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(s[e]), std::bit_cast<std::uint32_t>(s_f32[e]))
+                << e;
+          }
+          const auto p = random_vector(rng, nq * kLd);
+          auto acc = random_vector(rng, nq * n);
+          auto acc_f32 = acc;
+          axpy_rows(packed.codec, p.data(), nq, kLd, packed.bytes.data(), kRows, acc.data());
+          axpy_rows(f32, p.data(), nq, kLd, f32_rows, kRows, acc_f32.data());
+          for (std::size_t e = 0; e < acc.size(); ++e)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(acc[e]),
+                      std::bit_cast<std::uint32_t>(acc_f32[e]))
+                << e;
         }
-        const auto p = random_vector(rng, nq * kLd);
-        auto acc = random_vector(rng, nq * n);
-        auto acc_f32 = acc;
-        axpy_rows(packed.codec, p.data(), nq, kLd, packed.bytes.data(), kRows, acc.data());
-        axpy_rows(f32, p.data(), nq, kLd, f32_rows, kRows, acc_f32.data());
-        for (std::size_t e = 0; e < acc.size(); ++e)
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(acc[e]), std::bit_cast<std::uint32_t>(acc_f32[e]))
-              << e;
       }
     }
+  }
+}
+
+// prepare_block_scales fills a table only for byte block scales (nvfp4, *_e4m3, *_log: the
+// formats with a global scale), and only where SIMD kernels read it: entry e = the byte's
+// decoded scale (E4M3, or the log scale for *_log) / the global scale. That the kernels index
+// it with each block's byte is the bit-identity test above.
+TEST(RowKernels, BlockScalesArePreparedForByteScalesOnly) {
+  for (const auto& t : quant::kv_format_table()) {
+    SCOPED_TRACE(kv_format_name(t.format));
+    RowCodec c = codec_for(t.format, 64);
+    BlockScaleValues values;
+    values.fill(-1.0f);
+    prepare_block_scales(c, values);
+    const bool expected = t.global_scale && kv_rows_isa() != Isa::kScalar;
+    ASSERT_EQ(c.block_scales != nullptr, expected);
+    if (!expected) {
+      EXPECT_EQ(values[0], -1.0f);
+      continue;
+    }
+    EXPECT_EQ(c.block_scales, values.data());
+    const bool log_scale = t.name.ends_with("_log");
+    const auto& table = log_scale ? quant::detail::kLogScaleTable : quant::detail::kE4M3Table;
+    for (std::size_t e = 0; e < values.size(); ++e)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(values[e]),
+                std::bit_cast<std::uint32_t>(table[e] / c.global_scale))
+          << e;
   }
 }
 

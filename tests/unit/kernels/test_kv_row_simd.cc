@@ -197,17 +197,16 @@ TEST(KvRowSimd, DotAndAxpyLeaveTheStreamScaleOut) {
     std::vector<float> deq(n), acc(n, 0.0f);
     kernels::dequantize_row(f, row.data(), n, scale, 0.0f, gs, deq.data());
     axpy_row(f, 1.0f, row.data(), n, 0.0f, acc.data());
-    // In-row block scales (nvfp4, int8_g32, int4_g32) are applied; the stream factor is then
-    // 1 / global_scale (always 1 in a KV cache for the group formats).
-    const float fold = t.has_row_scales() ? 1.0f / gs : scale;
-    // int4_g32a: fma(q, d, m) / gs against fma(q, d / gs, m / gs) can cancel: within a few ulp
-    // of the row's magnitude.
-    float row_max = 0.0f;
-    for (float v : deq) row_max = std::max(row_max, std::fabs(v));
-    const float floor = t.block_min ? 1e-6f * row_max : 1e-30f;
-    for (std::int64_t i = 0; i < n; ++i)
-      EXPECT_NEAR(acc[i] * fold, deq[i], 1e-6f * std::fabs(deq[i]) + floor)
-          << kv_format_name(f) << " " << i;
+    // In-row block scales are applied; the stream factor is then 1 / global_scale for byte
+    // block scales (nvfp4, *_e4m3, *_log) and 1 for fp16 ones, which have no global scale.
+    const float fold = !t.has_row_scales() ? scale : t.global_scale ? 1.0f / gs : 1.0f;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (fold == 1.0f)  // the same operations as the codec's
+        EXPECT_EQ(acc[i], deq[i]) << kv_format_name(f) << " " << i;
+      else
+        EXPECT_NEAR(acc[i] * fold, deq[i], 1e-6f * std::fabs(deq[i]) + 1e-30f)
+            << kv_format_name(f) << " " << i;
+    }
   }
 }
 

@@ -246,7 +246,11 @@ void attend_packed(const float* q, std::int64_t nq, const KvRowsView& k, const K
                    std::int64_t t_begin, std::int64_t t_end, float scale, float* s, float* m,
                    float* l, float* acc) {
   const std::int64_t d = k.head_dim;
-  const quant::RowCodec k_codec = k.codec(), v_codec = v.codec(), sink_codec = k.sinks().codec();
+  quant::RowCodec k_codec = k.codec(), v_codec = v.codec();
+  const quant::RowCodec sink_codec = k.sinks().codec();
+  BlockScaleValues k_block_scales, v_block_scales;  // once per call, not per 16 values
+  prepare_block_scales(k_codec, k_block_scales);
+  prepare_block_scales(v_codec, v_block_scales);
   KVQ_CHECK(k.sink_rows == v.sink_rows, "K and V sink rows differ: {} / {}", k.sink_rows,
             v.sink_rows);
   // Opt-in approximate scores (kv_rows.h): the group's queries quantized to int8 once.

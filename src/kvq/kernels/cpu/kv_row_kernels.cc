@@ -110,4 +110,12 @@ void axpy_rows(const RowCodec& codec, const float* p, std::int64_t nq, std::int6
   }
 }
 
+void prepare_block_scales(RowCodec& codec, BlockScaleValues& values) {
+  const KvRowSimd* k = fast(codec.format);
+  if (k == nullptr || k->scale_table == nullptr) return;
+  for (std::size_t e = 0; e < values.size(); ++e)
+    values[e] = (*k->scale_table)[e] / codec.global_scale;
+  codec.block_scales = values.data();
+}
+
 }  // namespace kvq::kernels
