@@ -184,6 +184,78 @@ TEST(KvRowSimd, DotAndAxpyMatchTheScalarTwins) {
   }
 }
 
+// The multi-query kernels of every level (not only the dispatched one) on packed rows give
+// exactly what the same level's f32 kernels give on the decoded rows, with the codec's byte
+// block scales prepared and not: head_dim 64 (queries held in registers where they fit), 48
+// and 128 (the general paths), 1 to 9 queries, 37 rows (a 16-row reduction block and a tail).
+TEST(KvRowSimd, MultiQueryKernelsOnEveryLevelEqualF32OnTheDecodedRows) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  constexpr std::int64_t kRows = 37, kLd = 40;
+  for (const LevelRow& lr : level_rows()) {
+    const KvRowSimd* f32 = kv_row_simd(KvFormat::kF32, lr.isa);
+    ASSERT_NE(f32, nullptr);
+    for (const std::int64_t n : {48, 64, 128}) {
+      if (lr.t.head_dim_multiple > 0 && n % lr.t.head_dim_multiple != 0) continue;
+      RowCodec c{lr.t.format, n, lr.t.needs_scale ? 0.0377f : 1.0f, 0.0f,
+                 lr.t.global_scale ? 1234.567f : 1.0f};
+      const auto row_bytes = static_cast<std::int64_t>(kv_row_bytes(c.format, n));
+      std::vector<std::byte> rows(static_cast<std::size_t>(kRows * row_bytes));
+      std::vector<float> decoded(static_cast<std::size_t>(kRows * n));
+      for (std::int64_t j = 0; j < kRows; ++j) {
+        const std::vector<float> x = random_row(rng, n, 1.0f);
+        quant::quantize_row(c.format, x.data(), n, c.scale, 0.0f, c.global_scale,
+                            rows.data() + j * row_bytes);
+        quant::dequantize_row(c.format, rows.data() + j * row_bytes, n, c.scale, 0.0f,
+                              c.global_scale, decoded.data() + j * n);
+      }
+      const RowCodec f32_codec{KvFormat::kF32, n};
+      const auto* f32_rows = reinterpret_cast<const std::byte*>(decoded.data());
+      BlockScaleValues block_scales;
+      for (const bool prepared : {false, true}) {
+        if (prepared) prepare_block_scales(c, block_scales);
+        for (const std::int64_t nq : {1, 2, 3, 4, 9}) {
+          SCOPED_TRACE(testing::Message() << isa_name(lr.isa) << " " << lr.t.name << " n=" << n
+                                          << " nq=" << nq << (prepared ? " prepared" : ""));
+          std::vector<float> q(static_cast<std::size_t>(nq * n));
+          for (float& v : q) v = dist(rng);
+          std::vector<float> s(static_cast<std::size_t>(nq * kLd)), s_f32(s.size());
+          for (std::int64_t k0 = 0; k0 < nq; k0 += kMaxRowQueries) {  // as the dispatcher does
+            const std::int64_t m = std::min(kMaxRowQueries, nq - k0);
+            ASSERT_EQ(lr.k.dot_rows(c, q.data() + k0 * n, m, rows.data(), kRows,
+                                    s.data() + k0 * kLd, kLd),
+                      n);
+            ASSERT_EQ(f32->dot_rows(f32_codec, q.data() + k0 * n, m, f32_rows, kRows,
+                                    s_f32.data() + k0 * kLd, kLd),
+                      n);
+          }
+          for (std::int64_t i = 0; i < nq; ++i)
+            for (std::int64_t j = 0; j < kRows; ++j) {
+              const auto at = static_cast<std::size_t>(i * kLd + j);
+              ASSERT_EQ(std::bit_cast<std::uint32_t>(s[at]),
+                        std::bit_cast<std::uint32_t>(s_f32[at]))
+                  << "query " << i << " row " << j;
+            }
+          std::vector<float> p(static_cast<std::size_t>(nq * kLd)), acc(q.size());
+          for (float& v : p) v = dist(rng);
+          for (float& v : acc) v = dist(rng);
+          std::vector<float> acc_f32 = acc;
+          for (std::int64_t k0 = 0; k0 < nq; k0 += kMaxRowQueries) {
+            const std::int64_t m = std::min(kMaxRowQueries, nq - k0);
+            lr.k.axpy_rows(c, p.data() + k0 * kLd, m, kLd, rows.data(), kRows, acc.data() + k0 * n);
+            f32->axpy_rows(f32_codec, p.data() + k0 * kLd, m, kLd, f32_rows, kRows,
+                           acc_f32.data() + k0 * n);
+          }
+          for (std::size_t e = 0; e < acc.size(); ++e)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(acc[e]),
+                      std::bit_cast<std::uint32_t>(acc_f32[e]))
+                << e;
+        }
+      }
+    }
+  }
+}
+
 // The fast paths fold no scale: dot / axpy of a row equal the dequantized row over its scale.
 TEST(KvRowSimd, DotAndAxpyLeaveTheStreamScaleOut) {
   std::mt19937 rng(17);
