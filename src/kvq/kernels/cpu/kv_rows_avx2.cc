@@ -27,6 +27,7 @@ struct Simd {
   static constexpr std::int64_t kWidth = 8;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
+  static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }  // one load, no shuffle
   static V loadu(const float* p) { return _mm256_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }

@@ -33,6 +33,8 @@ struct Simd {
   static constexpr std::int64_t kWidth = 16;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
+  // A float from memory in every lane: one load (folded into the instruction), no shuffle.
+  static V broadcast(const float* p) { return _mm512_broadcastss_ps(_mm_load_ss(p)); }
   static V loadu(const float* p) { return _mm512_loadu_ps(p); }
   static void storeu(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
