@@ -148,12 +148,14 @@ __attribute__((target("avx2,fma"))) inline void batch_row_avx2(const W* wr, cons
   }
 }
 
-// Several inputs spend long enough on each weight line that the demand misses alone leave DRAM
-// idle between them: the batched kernel asks for the line kPrefetchAhead bytes on (the next
-// rows, W is contiguous). Measured with BM_GemvBatch, 1 thread, 2026-12-06, Intel Xeon VM: 16
-// inputs × [1536, 576] fp32 1.46 → 0.71 ms, 8 inputs 0.77 → 0.38 ms, the lm_head [49152, 576]
-// × 16 53 → 27 ms; 1024 bytes ahead was slower, 4096 no better. One input (the plain GEMV)
-// streams at DRAM speed without it.
+// The kernel asks for the weight line kPrefetchAhead bytes on (the next rows, W is contiguous):
+// the demand misses alone leave DRAM idle between them. Measured with BM_GemvBatch, 1 thread,
+// 2026-12-06, Intel Xeon VM: 16 inputs × [1536, 576] fp32 1.46 → 0.71 ms, 8 inputs 0.77 →
+// 0.38 ms, the lm_head [49152, 576] × 16 53 → 27 ms; 1024 bytes ahead was slower, 4096 no
+// better. The single-input GEMV too (BM_GemvBf16, 2026-12-07, same VM: bf16 [49152, 576]
+// 6.7–6.9 → 4.6–4.8 ms, 7.7 → 11.8 GB/s, against 12.3–13.5 GB/s for a plain streaming read;
+// fp32 9.3–9.6 → 8.3–9.0 ms): on the AMD EPYC of the earlier tables it streamed at DRAM speed
+// without, on this Intel VM only with it.
 constexpr std::int64_t kPrefetchAhead = 2048;
 
 // One weight row against M inputs: two accumulators each (even / odd 16-lane halves of every
@@ -169,11 +171,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline void batch_row_a
   for (int i = 0; i < M; ++i) a[i] = b[i] = _mm512_setzero_ps();
   std::int64_t c = 0;
   for (; c < k32; c += 32) {
-    if constexpr (M > 1) {
-      const char* ahead = reinterpret_cast<const char*>(wr + c) + kPrefetchAhead;
-      __builtin_prefetch(ahead, 0, 3);
-      if constexpr (sizeof(W) == 4) __builtin_prefetch(ahead + 64, 0, 3);
-    }
+    const char* ahead = reinterpret_cast<const char*>(wr + c) + kPrefetchAhead;
+    __builtin_prefetch(ahead, 0, 3);
+    if constexpr (sizeof(W) == 4) __builtin_prefetch(ahead + 64, 0, 3);
     const __m512 w0 = load16(wr + c);
     const __m512 w1 = load16(wr + c + 16);
 #pragma GCC unroll 8
