@@ -153,6 +153,46 @@ TEST(RowKernels, PackedRowsBitIdenticalToFakeQuantizedFp32Rows) {
   }
 }
 
+// fp8 E4M3's bare form folds its decode's 2^8 into the stream scale (kRawFactor); a scale whose
+// 256 multiple overflows must run the general form and still give the fake-quantized cache's
+// results (the bare form would multiply by infinity).
+TEST(RowKernels, Fp8ScaleTooLargeToFoldRunsTheGeneralForm) {
+  constexpr std::int64_t n = 64;
+  RowCodec c{KvFormat::kFP8E4M3, n};
+  c.scale = 2e36f;  // scale * 256 overflows; the codes below (|value| <= 1) stay finite
+  ASSERT_FALSE(std::isfinite(c.scale * 256.0f));
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> magnitude(0, 0x38), sign(0, 1);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(kRows * n));
+  for (std::byte& b : bytes) b = static_cast<std::byte>(magnitude(rng) | (sign(rng) << 7));
+  std::vector<float> decoded(static_cast<std::size_t>(kRows * n));
+  for (std::int64_t j = 0; j < kRows; ++j)
+    kernels::dequantize_row(c.format, bytes.data() + j * n, n, c.scale, 0.0f, 1.0f,
+                            decoded.data() + j * n);
+  const RowCodec f32{KvFormat::kF32, n};
+  const auto* f32_rows = reinterpret_cast<const std::byte*>(decoded.data());
+  for (std::int64_t nq : {1, 3}) {
+    const auto q = random_vector(rng, nq * n);
+    std::vector<float> s(static_cast<std::size_t>(nq * kLd)), s_f32(s.size());
+    dot_rows(c, q.data(), nq, bytes.data(), kRows, s.data(), kLd);
+    dot_rows(f32, q.data(), nq, f32_rows, kRows, s_f32.data(), kLd);
+    for (std::int64_t k = 0; k < nq; ++k) {
+      for (std::int64_t j = 0; j < kRows; ++j) {
+        const auto e = static_cast<std::size_t>(k * kLd + j);
+        ASSERT_TRUE(std::isfinite(s[e]));
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(s[e]), std::bit_cast<std::uint32_t>(s_f32[e]));
+      }
+    }
+    const auto p = random_vector(rng, nq * kLd);
+    auto acc = random_vector(rng, nq * n);
+    auto acc_f32 = acc;
+    axpy_rows(c, p.data(), nq, kLd, bytes.data(), kRows, acc.data());
+    axpy_rows(f32, p.data(), nq, kLd, f32_rows, kRows, acc_f32.data());
+    for (std::size_t e = 0; e < acc.size(); ++e)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(acc[e]), std::bit_cast<std::uint32_t>(acc_f32[e]));
+  }
+}
+
 // prepare_block_scales fills a table only for byte block scales (nvfp4, *_e4m3, *_log: the
 // formats with a global scale), and only where SIMD kernels read it: entry e = the byte's
 // decoded scale (E4M3, or the log scale for *_log) / the global scale. That the kernels index
